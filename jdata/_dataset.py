@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from jdata import _fingerprint, _plan, _random
+from jdata import _fingerprint, _plan, _planner, _random
 from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 from jdata._iterator import DatasetIterator
@@ -145,7 +145,7 @@ class Dataset:
           Range(start=0, stop=8, step=1)  [8]
         """
         lines = ["Plan (optimizer rules fired: none)"]
-        lines += _explain(self._node, 0)
+        lines += _explain(self._node, 0, Context(self.options))
         return "\n".join(lines)
 
     def __repr__(self):
@@ -696,10 +696,12 @@ def check_inputs_combine(node: _plan.Node) -> _plan.Node:
     return node
 
 
-def _explain(node: _plan.Node, indent: int) -> list[str]:
-    lines = ["  " * indent + f"{node}  [{_count(node.cardinality())}]"]
+def _explain(node: _plan.Node, indent: int, ctx: Context) -> list[str]:
+    line = "  " * indent + f"{node}  [{_count(node.cardinality())}]"
+    engine = _planner.describe_engine(node, ctx)
+    lines = [f"{line}  {engine}" if engine else line]
     for child in node.inputs():
-        lines += _explain(child, indent + 1)
+        lines += _explain(child, indent + 1, ctx)
     return lines
 
 

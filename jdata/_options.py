@@ -6,6 +6,7 @@ import dataclasses
 
 
 _UNSET = object()
+ENGINES = ("auto", "threads", "processes")
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -19,6 +20,10 @@ class Options:
       autotune: let the runtime tune parallelism and buffer sizes.
       cpu_budget: cores the pipeline may use (``None``: the usable cores).
       ram_budget: bytes the pipeline may buffer (``None``: half the available memory).
+      engine: where parallel ``map``/``random_map`` work runs: ``"auto"`` (threads,
+        except that ops with ``num_parallel_calls=AUTOTUNE`` measure whether their
+        UDF releases the GIL and move to worker processes if it does not),
+        ``"threads"`` or ``"processes"``.
 
     As in tf.data, options set with an outer ``with_options`` override those
     set further upstream, field by field, and only for the fields passed
@@ -36,11 +41,12 @@ class Options:
     autotune: bool = True
     cpu_budget: int | None = None
     ram_budget: int | None = None
+    engine: str = "auto"
 
     def __init__(self, *, deterministic=_UNSET, optimize=_UNSET, autotune=_UNSET,
-                 cpu_budget=_UNSET, ram_budget=_UNSET):
+                 cpu_budget=_UNSET, ram_budget=_UNSET, engine=_UNSET):
         given = {"deterministic": deterministic, "optimize": optimize, "autotune": autotune,
-                 "cpu_budget": cpu_budget, "ram_budget": ram_budget}
+                 "cpu_budget": cpu_budget, "ram_budget": ram_budget, "engine": engine}
         given = {name: value for name, value in given.items() if value is not _UNSET}
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, given.get(field.name, field.default))
@@ -58,6 +64,9 @@ class Options:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value <= 0):
                 raise ValueError(f"Options.{name}={value!r} must be a positive int or None")
+        if self.engine not in ENGINES:
+            raise ValueError(f"Options.engine={self.engine!r} must be one of "
+                             f"{', '.join(map(repr, ENGINES))}")
 
     def merge(self, outer: Options) -> Options:
         """These options overridden by every field that ``outer`` sets explicitly."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from jdata._plan import Node
+from jdata._constants import AUTOTUNE
+from jdata._plan import Node, walk
 from jdata.runtime import parallel
 from jdata.runtime.context import Context
 from jdata.runtime.iterator import IndexIterator, Iterator, Reader
@@ -47,8 +48,9 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
     if node.random_access() and type(node) in _READERS:
         parallelism, deterministic = subtree_parallelism(node, ctx)
         if parallelism:
-            return parallel.ParallelIndexIterator(lambda: make_reader(node, ctx, epoch),
-                                                  parallelism, deterministic)
+            return parallel.ParallelIndexIterator(
+                lambda: make_reader(node, ctx, epoch), parallelism, deterministic,
+                subtree_engine(node, ctx), ctx.options.cpu_budget)
         return IndexIterator(make_reader(node, ctx, epoch))
     try:
         factory = _ITERATORS[type(node)]
@@ -66,6 +68,45 @@ def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:
     if requested is None:
         return None, deterministic
     return parallel.resolve_parallelism(requested), deterministic
+
+
+# Ops whose parallel work is a UDF that may hold the GIL; other ops' parallel
+# work (stacking, prefetching) releases it and always runs on threads.
+_ENGINE_OPS = frozenset({"map", "random_map"})
+
+
+def op_engine(node: Node, ctx: Context) -> str:
+    """Where an op's parallel UDF calls run: ``"threads"``, ``"processes"`` or ``"auto"``.
+
+    ``Options(engine=...)`` decides, except that its default ``"auto"``
+    measures only for ``num_parallel_calls=AUTOTUNE`` and keeps explicit
+    counts on threads, as tf.data does.
+    """
+    if node.op_name not in _ENGINE_OPS or getattr(node, "num_parallel_calls", None) is None:
+        return "threads"
+    engine = ctx.options.engine
+    if engine != "auto":
+        return engine
+    return "auto" if getattr(node, "num_parallel_calls", None) == AUTOTUNE else "threads"
+
+
+def subtree_engine(node: Node, ctx: Context) -> str:
+    """The engine of a random-access subtree run by index: the most capable its ops ask."""
+    engines = {op_engine(n, ctx) for n in walk(node)}
+    for engine in ("processes", "auto"):
+        if engine in engines:
+            return engine
+    return "threads"
+
+
+def describe_engine(node: Node, ctx: Context) -> str:
+    """What ``explain()`` says about where a parallel op runs, or ``""``."""
+    if getattr(node, "num_parallel_calls", None) is None:
+        return ""
+    engine = op_engine(node, ctx)
+    if engine == "auto":
+        return "engine: auto (threads if the UDF releases the GIL, else processes; measured)"
+    return f"engine: {engine}"
 
 
 def subtree_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:

@@ -86,7 +86,8 @@ def _iterator(node: MapNode, ctx, epoch: int):
         fn = node.fn
         return parallel.ParallelMapIterator(
             _planner.make_iterator(node.input, ctx, epoch),
-            lambda element, position: _apply(fn, element, position), threads, deterministic)
+            lambda element, position: _apply(fn, element, position), threads, deterministic,
+            _planner.op_engine(node, ctx), ctx.options.cpu_budget)
     if not node.vectorize:
         return _MapIterator(node, ctx, epoch)
     return blocks.BlockIterator(_planner.make_iterator(node.input, ctx, epoch),

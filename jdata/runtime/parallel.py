@@ -26,24 +26,45 @@ import concurrent.futures as cf
 import os
 import threading
 import time
+import traceback
 from typing import Any, Callable
 
+import cloudpickle
+
+from jdata._errors import UDFError
 from jdata.runtime.iterator import Iterator, Reader
 
 # A chunk should take about this long, so thread hand-offs stay negligible.
 _TARGET_CHUNK_SEC = 2e-3
 _MAX_CHUNK = 256
+# Worker processes pay an IPC round trip per chunk, so their chunks are longer.
+_TARGET_PROCESS_CHUNK_SEC = 10e-3
 # Chunks in flight per worker: enough to keep every worker busy while the
 # consumer drains results.
 _CHUNKS_PER_WORKER = 2
+_MAX_INFLIGHT = 1 << 30  # threads: no limit beyond the pool's own
+# The engine choice: chunks ignored, then measured, and the least time measured.
+_WARMUP_CHUNKS = 2
+_DECIDE_CHUNKS = 6
+_DECIDE_SEC = 0.02
+# The job holds the GIL if fewer than 1 + this fraction of the extra threads ran at once.
+_GIL_FREE_FRACTION = 0.5
+# Below this many threads on CPU at once, the UDF mostly waits (I/O, sleeps).
+_MOSTLY_WAITING = 0.3
+# The UDF is a bottleneck worth processes if the consumer waited this much of the window.
+_BOTTLENECK_WAIT = 0.2
+
+
+def usable_cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else os.cpu_count() or 1)
 
 
 def resolve_parallelism(num_parallel_calls: int) -> int:
     """``AUTOTUNE`` (-1) becomes the number of usable cores."""
     if num_parallel_calls > 0:
         return num_parallel_calls
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-               else os.cpu_count() or 1)
+    return usable_cores()
 
 
 class _Outcome:
@@ -59,11 +80,48 @@ class _Outcome:
             raise self.error
         return self.value
 
+    def __reduce__(self):
+        # Leaving a worker process: an error carries its traceback as text
+        # (tracebacks do not pickle) and becomes picklable if it was not.
+        if self.error is None:
+            return _Outcome, (self.value,)
+        error = self.error
+        innermost = error.__cause__ if isinstance(error, UDFError) else error
+        return _remote_outcome, (_picklable(error), _traceback_text(innermost))
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker process, as text."""
+
+    def __str__(self):
+        return "\n" + self.args[0]
+
+
+def _traceback_text(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))
+
+
+def _picklable(error: BaseException) -> BaseException:
+    try:
+        cloudpickle.loads(cloudpickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def _remote_outcome(error: BaseException, text: str) -> _Outcome:
+    # The innermost exception (a UDFError's cause) gets the remote traceback
+    # chained, so the user sees where the UDF failed in the worker.
+    innermost = error.__cause__ if isinstance(error, UDFError) else error
+    innermost.__cause__ = RemoteTraceback(text)
+    return _Outcome(error=error)
+
 
 class _ChunkSizer:
-    """Sizes chunks so each takes about ``_TARGET_CHUNK_SEC`` (an EMA of time per element)."""
+    """Sizes chunks so each takes about ``target_sec`` (an EMA of time per element)."""
 
-    def __init__(self):
+    def __init__(self, target_sec: float = _TARGET_CHUNK_SEC):
+        self.target_sec = target_sec
         self._sec_per_element: float | None = None
 
     def record(self, seconds: float, elements: int) -> None:
@@ -75,28 +133,160 @@ class _ChunkSizer:
     def size(self) -> int:
         if self._sec_per_element is None:
             return 1
-        return max(1, min(_MAX_CHUNK, int(_TARGET_CHUNK_SEC / max(self._sec_per_element, 1e-9))))
+        return max(1, min(_MAX_CHUNK, int(self.target_sec / max(self._sec_per_element, 1e-9))))
+
+
+class IndexJob:
+    """Computes ``reader[i]`` for a chunk of indices; one reader per thread or process.
+
+    Readers cache blocks of keys and permutations, so they are not
+    thread-safe; building one is cheap and deterministic.
+    """
+
+    def __init__(self, make_reader: Callable[[], Reader]):
+        self._make_reader = make_reader
+        self._local = threading.local()
+
+    def reader(self) -> Reader:
+        reader = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._local.reader = self._make_reader()
+        return reader
+
+    def __call__(self, indices: list[int]) -> list[_Outcome]:
+        return _compute_all(self.reader().__getitem__, indices)
+
+    def __reduce__(self):
+        return IndexJob, (self._make_reader,)
+
+
+class MapJob:
+    """Computes ``fn(element, position)`` for a chunk of ``(position, element)`` items.
+
+    An item whose element is an ``_Outcome`` is an input error, passed on.
+    """
+
+    def __init__(self, fn: Callable[[Any, int], Any]):
+        self._fn = fn
+
+    def _apply(self, item):
+        position, element = item
+        if isinstance(element, _Outcome):
+            return element.get()
+        return self._fn(element, position)
+
+    def __call__(self, items: list) -> list[_Outcome]:
+        return _compute_all(self._apply, items)
+
+
+def _compute_all(fn: Callable, items) -> list[_Outcome]:
+    out = []
+    for item in items:
+        try:
+            out.append(_Outcome(fn(item)))
+        except Exception as e:  # delivered to the consumer at the element's turn
+            out.append(_Outcome(error=e))
+    return out
+
+
+class _Gate:
+    """A counting semaphore whose limit can change while threads wait on it."""
+
+    def __init__(self, limit: int):
+        self._cond = threading.Condition()
+        self._limit, self._active = limit, 0
+
+    def set_limit(self, limit: int) -> None:
+        with self._cond:
+            self._limit = limit
+            self._cond.notify_all()
+
+    def __enter__(self):
+        with self._cond:
+            while self._active >= self._limit:
+                self._cond.wait()
+            self._active += 1
+
+    def __exit__(self, *exc):
+        with self._cond:
+            self._active -= 1
+            self._cond.notify()
+
+
+class _ThreadExecutor:
+    """Runs the job on threads.
+
+    ``submit`` returns a future of ``(outcomes, (start, end, CPU seconds))``.
+
+    Holds ``cpu_budget`` threads; a gate lets ``workers`` of them compute at once.
+    """
+
+    def __init__(self, job: Callable, workers: int, cpu_budget: int):
+        self._job = job
+        self._gate = _Gate(workers)
+        self._executor = cf.ThreadPoolExecutor(max(workers, cpu_budget),
+                                               thread_name_prefix="jdata")
+        self.workers = workers
+
+    def resize(self, workers: int) -> None:
+        self.workers = workers
+        self._gate.set_limit(workers)
+
+    def capacity(self) -> int:
+        return _MAX_INFLIGHT
+
+    def _run(self, items):
+        with self._gate:
+            start, cpu_start = time.perf_counter(), time.thread_time()
+            outcomes = self._job(items)
+            return outcomes, (start, time.perf_counter(), time.thread_time() - cpu_start)
+
+    def submit(self, items) -> cf.Future:
+        return self._executor.submit(self._run, items)
+
+    def shutdown(self) -> None:
+        # Chunks already queued still run (an engine switch drains them).
+        self._executor.shutdown(wait=False)
 
 
 class _Pool:
-    """A thread pool plus the bookkeeping of chunks in flight, in submission order."""
+    """An executor plus the bookkeeping of chunks in flight, in submission order.
 
-    def __init__(self, parallelism: int):
+    ``engine`` is ``"threads"``, ``"processes"`` or ``"auto"``: start on
+    threads and move to processes if the first chunks show that the job
+    holds the GIL (see ``EngineChooser``).
+    """
+
+    def __init__(self, job: Callable, parallelism: int, engine: str = "threads",
+                 cpu_budget: int | None = None):
+        self.job = job
         self.parallelism = parallelism
-        self.executor = cf.ThreadPoolExecutor(parallelism, thread_name_prefix="jdata")
-        self.sizer = _ChunkSizer()
+        self.cpu_budget = cpu_budget or usable_cores()
         self.inflight: collections.deque = collections.deque()
+        self.chooser = EngineChooser(self.cpu_budget) if engine == "auto" else None
+        self.engine = "processes" if engine == "processes" else "threads"
+        self.engine_reason = ("chosen by measurement after the first chunks" if self.chooser
+                              else f"Options(engine={engine!r})" if engine == "processes"
+                              else "threads unless num_parallel_calls=AUTOTUNE")
+        self._executor = self._start(self.engine)
+        self.sizer = _ChunkSizer(_chunk_target(self.engine))
+
+    def _start(self, engine: str):
+        if engine == "processes":
+            from jdata.runtime import processes
+            return processes.ProcessExecutor(self.job, self.parallelism)
+        return _ThreadExecutor(self.job, self.parallelism, self.cpu_budget)
+
+    def resize(self, parallelism: int) -> None:
+        self.parallelism = parallelism
+        self._executor.resize(parallelism)
 
     def full(self) -> bool:
-        return len(self.inflight) >= self.parallelism * _CHUNKS_PER_WORKER
+        return (len(self.inflight) >= self.parallelism * _CHUNKS_PER_WORKER
+                or self._executor.capacity() <= 0)
 
-    def submit(self, fn: Callable[[], list[_Outcome]], tag) -> None:
-        def timed():
-            start = time.perf_counter()
-            outcomes = fn()
-            self.sizer.record(time.perf_counter() - start, len(outcomes))
-            return outcomes
-        self.inflight.append((tag, self.executor.submit(timed)))
+    def submit(self, items: list, tags: list) -> None:
+        self.inflight.append((tags, self._executor.submit(items)))
 
     def take(self, deterministic: bool) -> list[tuple[Any, _Outcome]]:
         """The next finished chunk as ``(tag, outcome)`` pairs.
@@ -110,7 +300,29 @@ class _Pool:
             position = next(i for i, (_, f) in enumerate(self.inflight) if f in done)
             tags, future = self.inflight[position]
             del self.inflight[position]
-        return list(zip(tags, future.result(), strict=True))
+        if future.done():
+            waited = 0.0
+            outcomes, timing = future.result()
+        else:
+            start = time.perf_counter()
+            outcomes, timing = future.result()
+            waited = time.perf_counter() - start
+        self.sizer.record(timing[1] - timing[0], len(outcomes))
+        if self.chooser is not None and self.engine == "threads":
+            self._maybe_switch(timing, waited)
+        return list(zip(tags, outcomes, strict=True))
+
+    def _maybe_switch(self, timing: tuple[float, float, float], waited: float) -> None:
+        decision = self.chooser.record(timing, waited, self.parallelism)
+        if decision is None:
+            return
+        engine, self.engine_reason = decision
+        self.chooser = None
+        if engine == "processes":
+            old, self._executor = self._executor, self._start("processes")
+            old.shutdown()  # its chunks in flight still finish and are taken in order
+            self.engine = engine
+            self.sizer = _ChunkSizer(_chunk_target(engine))
 
     def cancel(self) -> None:
         for _, future in self.inflight:
@@ -119,17 +331,60 @@ class _Pool:
 
     def shutdown(self) -> None:
         self.cancel()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown()
 
 
-def _compute_all(fn: Callable, items) -> list[_Outcome]:
-    out = []
-    for item in items:
-        try:
-            out.append(_Outcome(fn(item)))
-        except Exception as e:  # delivered to the consumer at the element's turn
-            out.append(_Outcome(error=e))
-    return out
+def _chunk_target(engine: str) -> float:
+    return _TARGET_PROCESS_CHUNK_SEC if engine == "processes" else _TARGET_CHUNK_SEC
+
+
+class EngineChooser:
+    """Decides threads or processes from the first chunks computed on threads.
+
+    Over a window of chunks, the worker threads' CPU time divided by the
+    window's wall time is how many of them ran at once. A job that releases
+    the GIL (NumPy, PIL, I/O) runs them in parallel; one that holds it runs
+    one at a time, whatever the thread count (Cedar's test: wall versus CPU
+    time under threads); one that waits on I/O keeps few of them on CPU at
+    all, and threads overlap its waits. That matters only if the consumer
+    waited for the pool: otherwise the UDF is not the bottleneck.
+    """
+
+    def __init__(self, cpu_budget: int):
+        self._cpu_budget = cpu_budget
+        self._chunks = 0
+        self._first_start: float | None = None
+        self._last_end = 0.0
+        self._cpu = self._waited = 0.0
+
+    def record(self, timing: tuple[float, float, float], waited: float,
+               threads: int) -> tuple[str, str] | None:
+        """Adds a chunk's ``(start, end, CPU)``; ``(engine, reason)`` once decided."""
+        if self._cpu_budget < 2 or threads < 2:
+            return "threads", "one core or one worker: processes cannot run more at once"
+        self._chunks += 1
+        if self._chunks <= _WARMUP_CHUNKS:
+            return None  # first calls pay imports and caches
+        start, end, cpu = timing
+        if self._first_start is None:
+            self._first_start = start
+        self._last_end = max(self._last_end, end)
+        self._cpu += cpu
+        self._waited += waited
+        window = self._last_end - self._first_start
+        if self._chunks < _WARMUP_CHUNKS + _DECIDE_CHUNKS or window < _DECIDE_SEC:
+            return None
+        running = self._cpu / window
+        measured = (f"{running:.2f} of {threads} worker threads ran at once over "
+                    f"{self._chunks - _WARMUP_CHUNKS} chunks")
+        if self._waited < _BOTTLENECK_WAIT * window:
+            return "threads", (f"the consumer waited for the UDF only {self._waited / window:.0%}"
+                               f" of the time: it is not the bottleneck")
+        if running < _MOSTLY_WAITING:
+            return "threads", f"{measured}: the UDF mostly waits (I/O), which threads overlap"
+        if running < 1 + _GIL_FREE_FRACTION * (threads - 1):
+            return "processes", f"{measured}: the UDF holds the GIL"
+        return "threads", f"{measured}: the UDF releases the GIL"
 
 
 class _Pooled(Iterator):
@@ -139,8 +394,9 @@ class _Pooled(Iterator):
     emitted (``_mark_emitted``), which is what their state is made of.
     """
 
-    def __init__(self, parallelism: int, deterministic: bool):
-        self._pool = _Pool(parallelism)
+    def __init__(self, job: Callable, parallelism: int, deterministic: bool, engine: str,
+                 cpu_budget: int | None):
+        self._pool = _Pool(job, parallelism, engine, cpu_budget)
         self._deterministic = deterministic
         self._ready: collections.deque = collections.deque()  # (tag, outcome) to emit
         # Completion order only: tags emitted past the oldest one still pending.
@@ -183,22 +439,13 @@ class ParallelIndexIterator(_Pooled):
     """
 
     def __init__(self, make_reader: Callable[[], Reader], parallelism: int,
-                 deterministic: bool = True):
-        super().__init__(parallelism, deterministic)
-        self._make_reader = make_reader
-        self._local = threading.local()
-        self._len = len(make_reader())
+                 deterministic: bool = True, engine: str = "threads",
+                 cpu_budget: int | None = None):
+        job = IndexJob(make_reader)
+        super().__init__(job, parallelism, deterministic, engine, cpu_budget)
+        self._len = len(job.reader())
         self._low = 0  # every index below was emitted
         self._next_submit = 0
-
-    def _reader(self) -> Reader:
-        reader = getattr(self._local, "reader", None)
-        if reader is None:
-            reader = self._local.reader = self._make_reader()
-        return reader
-
-    def _read(self, index: int):
-        return self._reader()[index]
 
     def _fill(self) -> None:
         while not self._pool.full() and self._next_submit < self._len:
@@ -208,7 +455,7 @@ class ParallelIndexIterator(_Pooled):
                     indices.append(self._next_submit)
                 self._next_submit += 1
             if indices:
-                self._pool.submit(lambda idx=indices: _compute_all(self._read, idx), indices)
+                self._pool.submit(indices, indices)
 
     def _mark_emitted(self, index: int) -> None:
         if index == self._low:
@@ -242,10 +489,10 @@ class ParallelMapIterator(_Pooled):
     """
 
     def __init__(self, input_iterator: Iterator, fn: Callable[[Any, int], Any],
-                 parallelism: int, deterministic: bool = True):
-        super().__init__(parallelism, deterministic)
+                 parallelism: int, deterministic: bool = True, engine: str = "threads",
+                 cpu_budget: int | None = None):
+        super().__init__(MapJob(fn), parallelism, deterministic, engine, cpu_budget)
         self._input = input_iterator
-        self._fn = fn
         self._position = 0  # of the next element to pull
         self._exhausted = False
         # Pulled, not yet emitted: position -> input state before it, oldest first.
@@ -270,18 +517,11 @@ class ParallelMapIterator(_Pooled):
             items.append((position, element))
         return items
 
-    def _apply(self, item):
-        position, element = item
-        if isinstance(element, _Outcome):
-            return element.get()
-        return self._fn(element, position)
-
     def _fill(self) -> None:
         while not self._pool.full() and not self._exhausted:
             items = self._pull_chunk()
             if items:
-                positions = [p for p, _ in items]
-                self._pool.submit(lambda it=items: _compute_all(self._apply, it), positions)
+                self._pool.submit(items, [p for p, _ in items])
 
     def _mark_emitted(self, position: int) -> None:
         oldest = next(iter(self._pending))

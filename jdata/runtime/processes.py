@@ -1,0 +1,292 @@
+"""The process engine: work items computed in worker processes.
+
+For UDFs that hold the GIL, threads cannot run in parallel; worker processes
+can. ``ProcessExecutor.submit(items)`` returns a ``concurrent.futures.Future``
+of the job's outcomes, like a thread pool's, so the parallel iterators of
+``jdata.runtime.parallel`` use either engine with the same bookkeeping (and
+the same exact state).
+
+- Workers are forked from a fork server that has already imported jdata
+  (start-up in milliseconds, and never a fork of this possibly
+  multi-threaded process). The job (the UDF, or the reader factory of a
+  random-access subtree) is cloudpickled, so lambdas, closures and functions
+  defined in ``__main__`` work.
+- Inputs go to workers pickled; outputs come back with their NumPy arrays
+  in shared memory (see ``jdata.runtime.worker``), copied out on arrival.
+- Exceptions raised in a worker come back with the worker's traceback
+  chained as the innermost ``__cause__``.
+- Nothing outlives the executor: ``shutdown()`` (called by ``close()``, by
+  garbage collection through a finalizer, and at interpreter exit) stops the
+  workers, terminating those that do not stop, reaps them, and unlinks the
+  shared-memory segments of workers that could not clean up after
+  themselves. A worker whose parent dies exits on its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import itertools
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import threading
+import weakref
+from multiprocessing.connection import Connection
+
+import cloudpickle
+
+from jdata.runtime import forkserver
+from jdata.runtime import worker as worker_module
+
+# How long shutdown waits for a worker to stop before terminating (then killing) it.
+_STOP_TIMEOUT_SEC = 2.0
+# How often the collector looks for new workers and a shutdown.
+_POLL_SEC = 0.5
+
+
+class WorkerError(RuntimeError):
+    """A worker process died or could not start."""
+
+
+class _Worker:
+    """A worker process, known by its pid and its two pipes.
+
+    It is the fork server's child, not ours: its exit shows as end-of-file
+    on its result pipe, which it holds until it exits.
+    """
+
+    def __init__(self, index: int, job_bytes: bytes):
+        task_reader, task_writer = os.pipe()
+        result_reader, result_writer = os.pipe()
+        try:
+            self.pid = forkserver.Server.get().fork([task_reader, result_writer])
+        finally:
+            os.close(task_reader)
+            os.close(result_writer)
+        self.name = f"jdata-worker-{index} (pid {self.pid})"
+        self.tasks = Connection(task_writer, readable=False)
+        self.results = Connection(result_reader, writable=False)
+        self.outstanding = 0
+        self.segment_names: set[str] = set()
+        self.alive = True
+        self.tasks.send_bytes(job_bytes)
+
+    def stop(self) -> None:
+        """Closes its task pipe and waits for its exit; terminates, then kills, a slow one."""
+        self.tasks.close()
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None:
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    break
+            if _wait_for_eof(self.results, _STOP_TIMEOUT_SEC):
+                break
+        self.results.close()
+
+
+def _wait_for_eof(conn: Connection, timeout: float) -> bool:
+    """Discards what ``conn`` still carries until it ends; False on timeout."""
+    while multiprocessing.connection.wait([conn], timeout):
+        try:
+            conn.recv_bytes()
+        except (EOFError, OSError):
+            return True
+    return False
+
+
+class _Shared:
+    """What the collector thread and the finalizer need; never refers to the executor."""
+
+    def __init__(self, job_bytes: bytes):
+        self.job_bytes = job_bytes
+        self.lock = threading.Lock()
+        self.workers: list[_Worker] = []
+        self.futures: dict[int, tuple[_Worker, cf.Future]] = {}
+        self.segments: dict[str, worker_module.Segment] = {}
+        self.closing = False
+        self.fatal: str | None = None
+        self.wake_r, self.wake_w = multiprocessing.connection.Pipe(duplex=False)
+        self.collector = threading.Thread(target=self.collect, daemon=True,
+                                          name="jdata-collector")
+
+    # -- the collector thread --
+
+    def collect(self) -> None:
+        while not self.closing:
+            with self.lock:
+                live = [w for w in self.workers if w.alive]
+            waitables = [self.wake_r] + [w.results for w in live]
+            for ready in multiprocessing.connection.wait(waitables, _POLL_SEC):
+                if ready is self.wake_r:
+                    self.wake_r.recv()
+                    continue
+                for w in live:
+                    if ready is w.results:
+                        self._receive(w)
+
+    def _receive(self, w: _Worker) -> None:
+        try:
+            message = cloudpickle.loads(w.results.recv_bytes())
+        except (EOFError, OSError):
+            self._died(w)
+            return
+        if message[0] == "fatal":
+            self.fatal = message[1]
+            self._died(w)
+            return
+        task_id, name, spans, retired, payload, timing = message
+        for old in retired:
+            segment = self.segments.pop(old, None)
+            if segment is not None:
+                segment.close()
+        buffers = []
+        if name is not None:
+            w.segment_names.add(name)
+            segment = self.segments.get(name)
+            if segment is None:
+                segment = self.segments[name] = worker_module.Segment(name)
+            buffers = [bytearray(segment.buf[offset:offset + n]) for offset, n in spans]
+        with self.lock:
+            _, future = self.futures.pop(task_id, (None, None))
+            w.outstanding -= 1
+        if future is None or not future.set_running_or_notify_cancel():
+            return  # cancelled by a restore or shutdown
+        try:
+            future.set_result((pickle.loads(payload, buffers=buffers), timing))
+        except Exception as e:  # an outcome that cannot be rebuilt here
+            future.set_exception(e)
+
+    def _died(self, w: _Worker) -> None:
+        with self.lock:
+            if not w.alive:
+                return
+            w.alive = False
+            lost = [(tid, f) for tid, (owner, f) in self.futures.items() if owner is w]
+            for tid, _ in lost:
+                del self.futures[tid]
+        if self.closing:
+            return
+        detail = (f"; it failed to start:\n{self.fatal}" if self.fatal else
+                  " (killed, out of memory, or the UDF called os._exit?)")
+        error = WorkerError(f"jdata: worker process {w.name} died{detail}")
+        for _, future in lost:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    # -- shutdown --
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.closing:
+                return
+            self.closing = True
+            workers = list(self.workers)
+            pending = list(self.futures.values())
+            self.futures.clear()
+        _send_quietly(self.wake_w, None)
+        if self.collector.is_alive() and self.collector is not threading.current_thread():
+            self.collector.join(_STOP_TIMEOUT_SEC)
+        # Closing a task pipe (never blocks, unlike sending a message to a
+        # busy worker) makes the worker see EOF and exit.
+        for w in workers:
+            w.tasks.close()
+        for w in workers:
+            w.stop()
+            for name in w.segment_names:  # gone already unless it was killed
+                worker_module.unlink(name)
+        for segment in self.segments.values():
+            segment.close()
+        self.segments.clear()
+        if not self.collector.is_alive():
+            self.wake_r.close()
+            self.wake_w.close()
+        for _, future in pending:
+            future.cancel()
+
+
+def _send_quietly(conn, message) -> None:
+    try:
+        conn.send(message)
+    except OSError:
+        pass
+
+
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for executor in list(_live):
+        executor.shutdown()
+    forkserver.shutdown()
+
+
+class ProcessExecutor:
+    """Runs ``job(items)`` in up to ``workers`` processes.
+
+    ``submit`` returns a future of ``(outcomes, (start, end, CPU seconds))``
+    of the work in the worker (its clock).
+
+    ``resize(n)`` changes how many workers take new tasks (starting more
+    when needed). Each worker keeps at most ``worker.SLOTS - 1`` tasks
+    outstanding; ``capacity()`` says how many more may be submitted.
+    """
+
+    def __init__(self, job, workers: int):
+        self._shared = _Shared(cloudpickle.dumps(job))
+        self._ids = itertools.count()
+        self._active = 0
+        self._finalizer = weakref.finalize(self, self._shared.shutdown)
+        _live.add(self)
+        self.resize(workers)
+        self._shared.collector.start()
+
+    @property
+    def workers(self) -> int:
+        return self._active
+
+    def resize(self, workers: int) -> None:
+        shared = self._shared
+        with shared.lock:
+            while len(shared.workers) < workers:
+                shared.workers.append(_Worker(len(shared.workers), shared.job_bytes))
+        self._active = max(1, workers)
+        _send_quietly(shared.wake_w, None)  # the collector watches the new workers
+
+    def capacity(self) -> int:
+        per_worker = worker_module.SLOTS - 1
+        with self._shared.lock:
+            return sum(per_worker - w.outstanding
+                       for w in self._shared.workers[:self._active] if w.alive)
+
+    def submit(self, items: list) -> cf.Future:
+        shared = self._shared
+        future: cf.Future = cf.Future()
+        with shared.lock:
+            if shared.closing:
+                raise RuntimeError("jdata: the worker processes were shut down")
+            candidates = [w for w in shared.workers[:self._active] if w.alive]
+            if not candidates:
+                raise WorkerError("jdata: every worker process died"
+                                  + (f"; the first failed to start:\n{shared.fatal}"
+                                     if shared.fatal else ""))
+            w = min(candidates, key=lambda c: c.outstanding)
+            if w.outstanding >= worker_module.SLOTS - 1:
+                raise RuntimeError("jdata: internal error: a worker's segments are all in use")
+            task_id = next(self._ids)
+            shared.futures[task_id] = (w, future)
+            w.outstanding += 1
+        try:
+            w.tasks.send_bytes(cloudpickle.dumps((task_id, items), protocol=5))
+        except OSError:
+            pass  # the worker died: the collector fails its futures
+        return future
+
+    def pids(self) -> list[int]:
+        return [w.pid for w in self._shared.workers]
+
+    def shutdown(self) -> None:
+        self._finalizer()

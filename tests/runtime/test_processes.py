@@ -1,0 +1,279 @@
+"""The process engine: outputs, state, errors, and nothing left behind."""
+
+from __future__ import annotations
+
+import gc
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import jdata
+from jdata.runtime import parallel, worker
+from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+
+PROCESSES = jdata.Options(engine="processes")
+_DEADLINE_SEC = 20.0
+
+
+def _my_segments(pid: int | None = None) -> list[str]:
+    return glob.glob(os.path.join(worker.SEGMENT_DIR, f"jdata_{pid or os.getpid()}_*"))
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited and been reaped (it is neither running nor a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "X"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_until(condition, what: str) -> None:
+    # Reaping is asynchronous (the fork server does it): poll with a deadline.
+    deadline = time.monotonic() + _DEADLINE_SEC
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def _pool(it: jdata.DatasetIterator) -> parallel._Pool:
+    return it._root._pool
+
+
+def _python_work(x):
+    total = 0
+    for i in range(2000):
+        total += i * int(x)
+    return {"x": x, "total": np.int64(total), "image": np.full((64, 64), x, np.float32)}
+
+
+def test_engine_option_is_validated():
+    with pytest.raises(ValueError, match="engine='gpu' must be one of 'auto', 'threads'"):
+        jdata.Options(engine="gpu")
+
+
+def test_map_over_random_access_input_equals_sequential():
+    ds = jdata.range(50).map(_python_work, num_parallel_calls=2)
+    expected = take_list(jdata.range(50).map(_python_work))
+    assert_same_sequence(take_list(ds.with_options(PROCESSES)), expected)
+
+
+def test_map_over_sequential_input_with_input_errors_in_order():
+    def gen():
+        yield from range(30)
+
+    def fail_on_7(x):
+        if x == 7:
+            raise ValueError("seven")
+        return x * 10
+
+    source = jdata.from_generator(gen, output_signature=jdata.TensorSpec((), np.int64))
+    ds = source.map(fail_on_7).map(lambda x: x + 1, num_parallel_calls=2)
+    expected = [x * 10 + 1 for x in range(30) if x != 7]
+    got = take_list(ds.ignore_errors().with_options(PROCESSES))
+    assert [int(x) for x in got] == expected
+
+
+def test_random_map_keys_do_not_depend_on_the_engine():
+    key = jax.random.key(3)
+    ds = jdata.range(40).random_map(lambda x, k: np.random.default_rng(k).integers(1 << 30),
+                                    key, num_parallel_calls=2)
+    threads = take_list(ds.with_options(jdata.Options(engine="threads")))
+    assert_same_sequence(take_list(ds.with_options(PROCESSES)), threads)
+
+
+def test_completion_order_yields_every_element_once():
+    ds = jdata.range(60).map(lambda x: x * 2, num_parallel_calls=2, deterministic=False)
+    assert sorted(int(x) for x in take_list(ds.with_options(PROCESSES))) == list(range(0, 120, 2))
+
+
+def test_restore_at_every_step_with_processes():
+    ds = (jdata.range(14).map(lambda x: x * x, num_parallel_calls=2).batch(3)
+          .with_options(PROCESSES))
+    check_restore_at_every_step(ds, take_list(jdata.range(14).map(lambda x: x * x).batch(3)))
+
+
+def test_arrays_come_back_through_shared_memory_not_the_pickle():
+    arena = worker._Arena(os.getpid())
+    try:
+        big = np.arange(250_000, dtype=np.float32)  # 1 MB
+        outcomes = [parallel._Outcome({"big": big, "small": np.int64(3), "text": b"abc"})]
+        name, spans, _, payload = worker.encode(outcomes, arena)
+        assert name.startswith(f"jdata_{os.getpid()}_")
+        assert spans == [(0, big.nbytes)]
+        assert len(payload) < 1000  # the megabyte is not in the pickle
+    finally:
+        arena.release()
+    assert _my_segments() == []
+
+
+def test_lambdas_closures_and_main_functions_in_a_script_without_a_main_guard(tmp_path):
+    # Workers never import the user's __main__ (jobs are cloudpickled), so a
+    # script without `if __name__ == "__main__":` works.
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import jdata
+
+        OFFSET = 100
+
+        def shift(x):
+            return x + OFFSET
+
+        scale = 3
+        ds = (jdata.range(20).map(shift, num_parallel_calls=2).map(lambda x: x * scale,
+              num_parallel_calls=2).with_options(jdata.Options(engine="processes")))
+        print(sum(int(x) for x in ds))
+    """))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120, cwd=os.getcwd())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(sum((x + 100) * 3 for x in range(20)))]
+
+
+def _raise_on_5(x):
+    if x == 5:
+        raise KeyError("no five")
+    return x
+
+
+def test_worker_exception_carries_op_position_and_remote_traceback():
+    ds = jdata.range(10).map(_raise_on_5, num_parallel_calls=2).with_options(PROCESSES)
+    it = ds.iterator()
+    assert [int(next(it)) for _ in range(5)] == [0, 1, 2, 3, 4]
+    with pytest.raises(jdata.UDFError, match="position 5") as info:
+        next(it)
+    cause = info.value.__cause__
+    assert isinstance(cause, KeyError)
+    assert isinstance(cause.__cause__, parallel.RemoteTraceback)
+    assert "_raise_on_5" in str(cause.__cause__) and "no five" in str(cause.__cause__)
+    assert [int(x) for x in it] == [6, 7, 8, 9]  # iteration goes on after the error
+    it.close()
+
+
+def test_close_stops_workers_and_releases_shared_memory():
+    it = jdata.range(1000).map(_python_work, num_parallel_calls=2).with_options(
+        PROCESSES).iterator()
+    next(it)
+    pids = _pool(it)._executor.pids()
+    assert len(pids) == 2 and not any(_gone(p) for p in pids)
+    assert _my_segments()  # results travelled through segments
+    it.close()
+    _wait_until(lambda: all(_gone(p) for p in pids), "the workers are reaped")
+    assert _my_segments() == []
+
+
+def _abandon_mid_stream():
+    it = jdata.range(1000).map(_python_work, num_parallel_calls=2).with_options(
+        PROCESSES).iterator()
+    next(it)
+    pids = _pool(it)._executor.pids()
+    raise RuntimeError(pids)  # the training loop fails; nobody calls close()
+
+
+def test_garbage_collection_after_an_exception_stops_workers():
+    with pytest.raises(RuntimeError) as info:
+        _abandon_mid_stream()
+    pids = info.value.args[0]
+    del info
+    gc.collect()
+    _wait_until(lambda: all(_gone(p) for p in pids), "the workers are reaped")
+    assert _my_segments() == []
+
+
+def test_a_killed_worker_raises_instead_of_hanging():
+    it = jdata.range(10_000).map(_python_work, num_parallel_calls=2).with_options(
+        PROCESSES).iterator()
+    next(it)
+    victim = _pool(it)._executor.pids()[0]
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(Exception, match="died"):
+        for _ in it:
+            pass
+    it.close()
+    _wait_until(lambda: _my_segments() == [], "the dead worker's segments are unlinked")
+
+
+def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        import numpy as np
+        import jdata
+
+        def slow(x):
+            time.sleep(0.05)
+            return np.zeros(100_000, np.float32) + x
+
+        ds = jdata.range(10_000).map(slow, num_parallel_calls=2).with_options(
+            jdata.Options(engine="processes"))
+        for i, x in enumerate(ds):
+            print("running", flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "KeyboardInterrupt" in stderr
+    assert "leaked" not in stderr
+
+    def group_gone():
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    _wait_until(group_gone, "every process of the interrupted job exits")
+    assert _my_segments(proc.pid) == []
+
+
+def _sleepy(x):
+    time.sleep(0.002)  # releases the GIL, like I/O
+    return x
+
+
+def test_autotune_moves_a_gil_bound_udf_to_processes():
+    ds = jdata.range(3000).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
+        for _ in it:
+            if _pool(it).chooser is None:
+                break
+        assert _pool(it).engine == "processes", _pool(it).engine_reason
+        assert "holds the GIL" in _pool(it).engine_reason
+
+
+def test_autotune_keeps_a_gil_releasing_udf_on_threads():
+    ds = jdata.range(400).map(_sleepy, num_parallel_calls=jdata.AUTOTUNE)
+    with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
+        assert [int(x) for x in it] == list(range(400))
+        assert _pool(it).engine == "threads", _pool(it).engine_reason
+        assert _pool(it).chooser is None  # decided
+
+
+def test_one_core_stays_on_threads():
+    ds = jdata.range(100).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    with ds.with_options(jdata.Options(cpu_budget=1)).iterator() as it:
+        list(it)
+        assert _pool(it).engine == "threads"
+        assert "one core" in _pool(it).engine_reason
+
+
+def test_explain_names_the_engine():
+    ds = jdata.range(4).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    assert "engine: auto" in ds.explain()
+    assert "engine: processes" in ds.with_options(PROCESSES).explain()
+    assert "engine: threads" in jdata.range(4).map(_python_work, num_parallel_calls=2).explain()
