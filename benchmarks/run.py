@@ -1,10 +1,12 @@
 """``make bench``: jdata against tf.data, grain and PyTorch on the same work, in one run.
 
-Each workload (``overhead``, ``nlp``, ``cv``; one module each) defines the same
-pipeline for every system with that system's best configuration we know of
-(each module says which). We print items/sec and jdata's ratio to each peer
-and to the best peer. Absolute times on a shared machine are noise; compare
-ratios within one run.
+Each workload (``overhead``, ``nlp``, ``cv``, ``feed``; one module each) defines
+the same pipeline for every system with that system's best configuration we
+know of (each module says which). For the pipeline workloads we print items/sec
+and jdata's ratio to each peer and to the best peer; for ``feed`` (a JAX model's
+training step fed by each pipeline) steps/sec, the fraction of it spent waiting
+for input, and the ratio to an ideal pipeline. Absolute times on a shared
+machine are noise; compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks import cv, nlp, overhead
+from benchmarks import cv, feed, nlp, overhead
 
-WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv}
+WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed}
+_FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 
 def items_per_sec(make_pipeline, data, n_items: int, repeats: int) -> float:
@@ -52,6 +55,37 @@ def run_workload(name: str, module, scale: float, repeats: int, systems) -> dict
     return rates
 
 
+def _feed_line(result: feed.FeedResult, ideal: feed.FeedResult) -> str:
+    faster = result.alone_batches_per_sec > ideal.steps_per_sec
+    if not faster:
+        verdict = "n/a"
+    else:
+        verdict = "met" if result.wait_fraction < _FEED_TARGET_WAIT else "MISSED"
+    return (f"{result.steps_per_sec:6.1f} steps/s  wait {result.wait_fraction:5.1%}"
+            f"  {result.steps_per_sec / ideal.steps_per_sec:4.2f}x ideal"
+            f" ({ideal.steps_per_sec:5.1f})  alone {result.alone_batches_per_sec:6.0f} batches/s"
+            f" ({'faster' if faster else 'slower'} than model)  <5% target {verdict}")
+
+
+def run_feed(scale: float, systems) -> dict[str, feed.FeedResult]:
+    data = feed.prepare(scale)
+    print(f"== feed: {data.steps} training steps on nlp batches, after {data.alone_batches}"
+          " batches of the pipeline alone (one pass); ideal: jdata ...take(1).cache().repeat()"
+          " just before, steps/s in ()")
+    results = {}
+    for system, make_pipeline in feed.SYSTEMS.items():
+        if systems and system not in systems:
+            continue
+        ideal = feed.measure_ideal(data)
+        try:
+            results[system] = feed.measure(make_pipeline, data)
+        except ImportError as e:
+            print(f"  {system:8s} not installed ({e.name}); `make bench` installs the peers")
+            continue
+        print(f"  {system:8s} {_feed_line(results[system], ideal)}")
+    return results
+
+
 def _parse_absl_flags() -> None:
     # grain's worker processes read absl flags, which only an absl app parses.
     try:
@@ -66,12 +100,16 @@ def main(argv=None) -> None:
     parser.add_argument("workloads", nargs="*", default=list(WORKLOADS),
                         help=f"which to run (default: all of {', '.join(WORKLOADS)})")
     parser.add_argument("--scale", type=float, default=1.0, help="data size multiplier")
-    parser.add_argument("--repeats", type=int, default=2, help="passes per system (best kept)")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="passes per system (best kept); feed makes one")
     parser.add_argument("--systems", nargs="*", default=None, help="only these systems")
     args = parser.parse_args(argv)
     _parse_absl_flags()
     for name in args.workloads:
-        run_workload(name, WORKLOADS[name], args.scale, args.repeats, args.systems)
+        if name == "feed":
+            run_feed(args.scale, args.systems)
+        else:
+            run_workload(name, WORKLOADS[name], args.scale, args.repeats, args.systems)
 
 
 if __name__ == "__main__":
