@@ -30,6 +30,7 @@ class DatasetIterator:
     def __init__(self, node: _plan.Node, ctx: Context, state: dict | None = None):
         self._node = node
         self._signature = _plan.structure_signature(node)
+        self._ctx = ctx
         self._root = _planner.make_iterator(node, ctx, 0)
         self._closed = False
         if state is not None:
@@ -61,11 +62,30 @@ class DatasetIterator:
                 "restore it with the dataset it was taken from")
         self._root.set_state(state["state"])
 
+    def stats(self):
+        """Statistics of the pipeline's asynchronous stages and the autotuner's decisions.
+
+        Returns a ``PipelineStats``: ``print`` it for a table (throughput,
+        latency, parallelism, buffer fill, time the consumer waited, engine
+        and why), read ``.rows`` and ``.history`` as data, or ``.plot()`` the
+        tuned knobs over time (needs matplotlib).
+
+        >>> import jdata
+        >>> ds = jdata.range(1000).map(lambda x: x + 1, num_parallel_calls=2).prefetch(2)
+        >>> it = ds.iterator()
+        >>> total = sum(int(x) for x in it)
+        >>> [row["elements"] for row in it.stats().rows]
+        [1000, 1000]
+        """
+        return self._ctx.autotuner().stats()
+
     def close(self) -> None:
         """Stops the iterator and releases its resources. Idempotent."""
         if not self._closed:
             self._closed = True
             self._root.close()
+            if self._ctx._tuner is not None:
+                self._ctx._tuner.stop()
 
     def __enter__(self):
         return self

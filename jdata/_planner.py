@@ -48,15 +48,27 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
     if node.random_access() and type(node) in _READERS:
         parallelism, deterministic = subtree_parallelism(node, ctx)
         if parallelism:
-            return parallel.ParallelIndexIterator(
-                lambda: make_reader(node, ctx, epoch), parallelism, deterministic,
-                subtree_engine(node, ctx), ctx.options.cpu_budget)
+            options = ctx.options
+            iterator = parallel.ParallelIndexIterator(
+                lambda: make_reader(node, Context(options), epoch), parallelism,
+                deterministic, subtree_engine(node, ctx), options.cpu_budget)
+            ops = " <- ".join(n.op_name for n in walk(node))
+            ctx.autotuner().register(
+                iterator, f"{ops} (by index)",
+                any(getattr(n, "num_parallel_calls", None) == AUTOTUNE for n in walk(node)),
+                False)
+            return iterator
         return IndexIterator(make_reader(node, ctx, epoch))
     try:
         factory = _ITERATORS[type(node)]
     except KeyError:
         raise NotImplementedError(f"no iterator registered for {type(node).__name__}") from None
-    return factory(node, ctx, epoch)
+    iterator = factory(node, ctx, epoch)
+    if isinstance(iterator, parallel.Tunable):
+        ctx.autotuner().register(iterator, str(node),
+                                 getattr(node, "num_parallel_calls", None) == AUTOTUNE,
+                                 getattr(node, "buffer_size", None) == AUTOTUNE)
+    return iterator
 
 
 def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:

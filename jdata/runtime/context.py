@@ -11,7 +11,19 @@ from jdata._options import Options
 class Context:
     """Run-wide settings passed to every iterator factory.
 
-    ``options`` are the merged ``Options`` of the whole plan.
+    ``options`` are the merged ``Options`` of the whole plan. The autotuner
+    (which also gathers the statistics) is created on first use.
     """
 
     options: Options = dataclasses.field(default_factory=Options)
+    _tuner: object = None
+
+    def autotuner(self):
+        if self._tuner is None:
+            from jdata.runtime import autotune, parallel
+
+            options = self.options
+            self._tuner = autotune.Autotuner(
+                options.autotune, options.cpu_budget or parallel.usable_cores(),
+                options.ram_budget or autotune.default_ram_budget())
+        return self._tuner

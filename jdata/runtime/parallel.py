@@ -33,6 +33,7 @@ import cloudpickle
 
 from jdata._errors import UDFError
 from jdata.runtime.iterator import Iterator, Reader
+from jdata.runtime.stats import OpStats
 
 # A chunk should take about this long, so thread hand-offs stay negligible.
 _TARGET_CHUNK_SEC = 2e-3
@@ -65,6 +66,18 @@ def resolve_parallelism(num_parallel_calls: int) -> int:
     if num_parallel_calls > 0:
         return num_parallel_calls
     return usable_cores()
+
+
+class Tunable(Iterator):
+    """An asynchronous iterator with statistics and knobs the autotuner may turn."""
+
+    stats: OpStats
+
+    def set_parallelism(self, parallelism: int) -> None:
+        """Changes how many workers compute at once (no-op where fixed)."""
+
+    def set_buffer_size(self, buffer_size: int) -> None:
+        """Changes how many elements are prepared ahead (no-op where fixed)."""
 
 
 class _Outcome:
@@ -270,6 +283,8 @@ class _Pool:
                               else "threads unless num_parallel_calls=AUTOTUNE")
         self._executor = self._start(self.engine)
         self.sizer = _ChunkSizer(_chunk_target(self.engine))
+        self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
+                             engine_reason=self.engine_reason)
 
     def _start(self, engine: str):
         if engine == "processes":
@@ -278,7 +293,7 @@ class _Pool:
         return _ThreadExecutor(self.job, self.parallelism, self.cpu_budget)
 
     def resize(self, parallelism: int) -> None:
-        self.parallelism = parallelism
+        self.parallelism = self.stats.parallelism = parallelism
         self._executor.resize(parallelism)
 
     def full(self) -> bool:
@@ -307,16 +322,28 @@ class _Pool:
             start = time.perf_counter()
             outcomes, timing = future.result()
             waited = time.perf_counter() - start
-        self.sizer.record(timing[1] - timing[0], len(outcomes))
+        self._record(outcomes, timing, waited)
         if self.chooser is not None and self.engine == "threads":
             self._maybe_switch(timing, waited)
         return list(zip(tags, outcomes, strict=True))
+
+    def _record(self, outcomes: list, timing: tuple, waited: float) -> None:
+        busy = timing[1] - timing[0]
+        self.sizer.record(busy, len(outcomes))
+        stats = self.stats
+        stats.elements += len(outcomes)
+        stats.busy_sec += busy
+        stats.wait_sec += waited
+        stats.buffered = sum(len(tags) for tags, _ in self.inflight)
+        if outcomes and outcomes[0].error is None:
+            stats.record_bytes(outcomes[0].value)
 
     def _maybe_switch(self, timing: tuple[float, float, float], waited: float) -> None:
         decision = self.chooser.record(timing, waited, self.parallelism)
         if decision is None:
             return
         engine, self.engine_reason = decision
+        self.stats.engine, self.stats.engine_reason = engine, self.engine_reason
         self.chooser = None
         if engine == "processes":
             old, self._executor = self._executor, self._start("processes")
@@ -387,7 +414,7 @@ class EngineChooser:
         return "threads", f"{measured}: the UDF releases the GIL"
 
 
-class _Pooled(Iterator):
+class _Pooled(Tunable):
     """Emits the outcomes of chunks computed on a ``_Pool``.
 
     Subclasses keep the pool topped up (``_fill``) and record what was
@@ -401,6 +428,13 @@ class _Pooled(Iterator):
         self._ready: collections.deque = collections.deque()  # (tag, outcome) to emit
         # Completion order only: tags emitted past the oldest one still pending.
         self._done: set[int] = set()
+
+    @property
+    def stats(self) -> OpStats:
+        return self._pool.stats
+
+    def set_parallelism(self, parallelism: int) -> None:
+        self._pool.resize(parallelism)
 
     def _with_done(self, state: dict) -> dict:
         if not self._deterministic:
@@ -559,9 +593,11 @@ _END = object()  # the producer saw the input's end
 _CLOSE_TIMEOUT_SEC = 10.0
 # How often a consumer waiting for an element checks that the producer lives.
 _POLL_SEC = 1.0
+# Prefetch measures the size of one element in this many.
+_BYTES_SAMPLE_EVERY = 16
 
 
-class PrefetchIterator(Iterator):
+class PrefetchIterator(Tunable):
     """Pulls up to ``buffer_size`` elements ahead on a background thread.
 
     Each buffered element carries the input's state from just before it, so
@@ -580,6 +616,12 @@ class PrefetchIterator(Iterator):
         self._buffer: collections.deque = collections.deque()  # (state before, outcome)
         self._stop = False
         self._thread: threading.Thread | None = None
+        self.stats = OpStats("prefetch", 1, buffer_size)
+
+    def set_buffer_size(self, buffer_size: int) -> None:
+        with self._cond:
+            self._buffer_size = self.stats.buffer_size = buffer_size
+            self._cond.notify_all()
 
     def _start(self) -> None:
         self._stop = False
@@ -587,6 +629,7 @@ class PrefetchIterator(Iterator):
         self._thread.start()
 
     def _produce(self) -> None:
+        stats = self.stats
         while True:
             with self._cond:
                 while len(self._buffer) >= self._buffer_size and not self._stop:
@@ -597,13 +640,17 @@ class PrefetchIterator(Iterator):
                 if self._stop:
                     return
                 before = None
+                start = time.perf_counter()
                 try:
                     before = self._input.get_state()
                     outcome = _Outcome(next(self._input))
+                    if stats.elements % _BYTES_SAMPLE_EVERY == 0:
+                        stats.record_bytes(outcome.value)
                 except StopIteration:
                     outcome = _END
                 except BaseException as e:  # delivered to the consumer in order
                     outcome = _Outcome(error=e)
+                stats.busy_sec += time.perf_counter() - start
                 with self._cond:
                     self._buffer.append((before, outcome))
                     self._cond.notify_all()
@@ -614,13 +661,18 @@ class PrefetchIterator(Iterator):
         if self._thread is None:
             self._start()
         with self._cond:
-            while not self._buffer:
-                if not self._cond.wait(_POLL_SEC) and not self._thread.is_alive():
-                    raise RuntimeError("jdata: the prefetch thread ended without a result")
+            if not self._buffer:
+                start = time.perf_counter()
+                while not self._buffer:
+                    if not self._cond.wait(_POLL_SEC) and not self._thread.is_alive():
+                        raise RuntimeError("jdata: the prefetch thread ended without a result")
+                self.stats.wait_sec += time.perf_counter() - start
             _, outcome = self._buffer[0]
             if outcome is _END:
                 raise StopIteration  # kept in the buffer: the end stays the end
             self._buffer.popleft()
+            self.stats.elements += 1
+            self.stats.buffered = len(self._buffer)
             self._cond.notify_all()
         return outcome.get()
 

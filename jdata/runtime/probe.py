@@ -16,6 +16,7 @@ import numpy as np
 
 from jdata import _planner, _spec, _tree
 from jdata._errors import UDFError
+from jdata._options import Options
 from jdata._plan import Node
 from jdata.runtime.context import Context
 
@@ -33,7 +34,8 @@ def first_elements(node: Node, op: str, count: int = _PROBE_ELEMENTS) -> list:
     after ``_PROBE_ELEMENTS`` such errors, and raises the first if it has no
     element.
     """
-    it = _planner.make_iterator(node, Context(), 0)
+    # No autotuning: the probe reads a few elements and stops.
+    it = _planner.make_iterator(node, Context(Options(autotune=False)), 0)
     elements, errors = [], []
     try:
         while len(elements) < count:
