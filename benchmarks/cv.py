@@ -59,7 +59,7 @@ def augment(jpeg: bytes, rng: np.random.Generator) -> np.ndarray:
     return (crop.astype(np.float32) - _MEAN) / _STD
 
 
-def jdata_pipeline(images):
+def jdata_pipeline(images, parallel=-1, engine="auto"):
     import jax
 
     import jdata
@@ -67,8 +67,13 @@ def jdata_pipeline(images):
     # Written as a tf.data user would: AUTOTUNE parallelism, prefetch.
     return (jdata.from_source(images)
             .random_map(lambda jpeg, key: augment(jpeg, np.random.default_rng(key)),
-                        jax.random.key(0), num_parallel_calls=jdata.AUTOTUNE)
-            .batch(BATCH).prefetch(jdata.AUTOTUNE))
+                        jax.random.key(0), num_parallel_calls=parallel)
+            .batch(BATCH).prefetch(jdata.AUTOTUNE).with_options(jdata.Options(engine=engine)))
+
+
+# jdata configurations picked by hand, against which AUTOTUNE is judged.
+HAND_PICKED = [{"parallel": 2, "engine": "threads"}, {"parallel": 3, "engine": "threads"},
+               {"parallel": 4, "engine": "threads"}, {"parallel": 2, "engine": "processes"}]
 
 
 def tfdata_pipeline(images):

@@ -49,13 +49,19 @@ def pad_batch(rows) -> np.ndarray:
     return out
 
 
-def jdata_pipeline(data):
+def jdata_pipeline(data, parallel=-1, engine="auto"):
     import jdata
 
     # Written as a tf.data user would: AUTOTUNE parallelism, prefetch.
     texts, vocab = data
-    return (jdata.from_source(texts).map(Tokenizer(vocab), num_parallel_calls=jdata.AUTOTUNE)
-            .padded_batch(BATCH).prefetch(jdata.AUTOTUNE))
+    return (jdata.from_source(texts).map(Tokenizer(vocab), num_parallel_calls=parallel)
+            .padded_batch(BATCH).prefetch(jdata.AUTOTUNE)
+            .with_options(jdata.Options(engine=engine)))
+
+
+# jdata configurations picked by hand, against which AUTOTUNE is judged.
+HAND_PICKED = [{"parallel": 2, "engine": "threads"}, {"parallel": 1, "engine": "processes"},
+               {"parallel": 2, "engine": "processes"}, {"parallel": 3, "engine": "processes"}]
 
 
 def tfdata_pipeline(data):

@@ -31,7 +31,8 @@ def items_per_sec(make_pipeline, data, n_items: int, repeats: int) -> float:
     return best
 
 
-def run_workload(name: str, module, scale: float, repeats: int, systems) -> dict[str, float]:
+def run_workload(name: str, module, scale: float, repeats: int, systems,
+                 tuning: bool = True) -> dict[str, float]:
     data = module.prepare(scale)
     n_items = module.items(data)
     print(f"== {name}: {n_items:,} items, best of {repeats}")
@@ -52,7 +53,23 @@ def run_workload(name: str, module, scale: float, repeats: int, systems) -> dict
             print(f"  jdata / {system:8s} {ours / rate:8.2f}x")
         best = max(peers, key=peers.get)
         print(f"  jdata / best peer ({best}) {ours / peers[best]:.2f}x")
+    if ours and tuning:
+        compare_hand_picked(module, data, n_items, repeats, ours)
     return rates
+
+
+def compare_hand_picked(module, data, n_items: int, repeats: int, default_rate: float) -> None:
+    """jdata's default (autotuned) configuration against the configurations picked by hand."""
+    picked = {}
+    for config in getattr(module, "HAND_PICKED", []):
+        label = ", ".join(f"{k}={v}" for k, v in config.items())
+        picked[label] = items_per_sec(
+            lambda d, c=config: module.jdata_pipeline(d, **c), data, n_items, repeats)
+        print(f"  jdata hand-picked {label:34s} {picked[label]:12,.0f} items/s")
+    if picked:
+        best = max(picked, key=picked.get)
+        print(f"  jdata default / best hand-picked ({best}) "
+              f"{default_rate / picked[best]:.2f}x")
 
 
 def _feed_line(result: feed.FeedResult, ideal: feed.FeedResult) -> str:
@@ -103,13 +120,16 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=2,
                         help="passes per system (best kept); feed makes one")
     parser.add_argument("--systems", nargs="*", default=None, help="only these systems")
+    parser.add_argument("--no-tuning", action="store_true",
+                        help="skip jdata's hand-picked configurations")
     args = parser.parse_args(argv)
     _parse_absl_flags()
     for name in args.workloads:
         if name == "feed":
             run_feed(args.scale, args.systems)
         else:
-            run_workload(name, WORKLOADS[name], args.scale, args.repeats, args.systems)
+            run_workload(name, WORKLOADS[name], args.scale, args.repeats, args.systems,
+                         not args.no_tuning)
 
 
 if __name__ == "__main__":

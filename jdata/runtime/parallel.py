@@ -45,9 +45,9 @@ _TARGET_PROCESS_CHUNK_SEC = 10e-3
 _CHUNKS_PER_WORKER = 2
 _MAX_INFLIGHT = 1 << 30  # threads: no limit beyond the pool's own
 # The engine choice: chunks ignored, then measured, and the least time measured.
-_WARMUP_CHUNKS = 2
-_DECIDE_CHUNKS = 6
-_DECIDE_SEC = 0.02
+_WARMUP_CHUNKS = 1
+_DECIDE_CHUNKS = 4
+_DECIDE_SEC = 0.01
 # The job holds the GIL if fewer than 1 + this fraction of the extra threads ran at once.
 _GIL_FREE_FRACTION = 0.5
 # Below this many threads on CPU at once, the UDF mostly waits (I/O, sleeps).

@@ -17,9 +17,10 @@ the same exact state).
   chained as the innermost ``__cause__``.
 - Nothing outlives the executor: ``shutdown()`` (called by ``close()``, by
   garbage collection through a finalizer, and at interpreter exit) stops the
-  workers, terminating those that do not stop, reaps them, and unlinks the
-  shared-memory segments of workers that could not clean up after
-  themselves. A worker whose parent dies exits on its own.
+  workers, terminating (then killing) those that do not stop, and unlinks
+  the shared-memory segments of workers that could not clean up after
+  themselves; the fork server reaps them. A worker whose parent dies exits
+  on its own.
 """
 
 from __future__ import annotations
@@ -115,6 +116,18 @@ class _Shared:
     # -- the collector thread --
 
     def collect(self) -> None:
+        try:
+            self._collect()
+        except BaseException as e:  # a bug here must fail the waiting consumer, not hang it
+            with self.lock:
+                lost = list(self.futures.values())
+                self.futures.clear()
+            for _, future in lost:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(WorkerError(f"jdata: the result collector failed: {e!r}"))
+            raise
+
+    def _collect(self) -> None:
         while not self.closing:
             with self.lock:
                 live = [w for w in self.workers if w.alive]
