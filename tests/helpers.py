@@ -102,11 +102,12 @@ def _rest(it, remaining: int | None) -> list:
 
 
 def use_per_element_paths(monkeypatch) -> None:
-    """Turns off the block paths (``read_block``).
+    """Turns off the block paths (``read_block``, the block filter).
 
     What runs then is the element-by-element code that the block paths must
     match in elements, errors and states.
     """
+    from jdata.ops import filter as filter_op
     from jdata.ops import map as map_op
     from jdata.ops import range as range_op
     from jdata.ops import skip as skip_op
@@ -115,6 +116,15 @@ def use_per_element_paths(monkeypatch) -> None:
     for reader in (range_op._RangeReader, map_op._MapReader, take_op._TakeReader,
                    skip_op._SkipReader):
         monkeypatch.delattr(reader, "read_block")
+    monkeypatch.setattr(filter_op, "_BlockFilterIterator", filter_op._FilterIterator)
+
+
+def use_small_filter_blocks(monkeypatch) -> None:
+    """Blocks of 2, 4 and then 8 elements, so that short inputs cross many block ends."""
+    from jdata.ops import filter as filter_op
+
+    monkeypatch.setattr(filter_op, "_MIN_BLOCK", 2)
+    monkeypatch.setattr(filter_op, "_MAX_BLOCK", 8)
 
 
 def trace(it, max_steps: int = 10_000) -> list:
