@@ -85,6 +85,8 @@ def read_each(reader: Reader, lo: int, hi: int) -> tuple[list, Exception | None]
     elements: list = []
     try:
         elements.extend(map(reader.__getitem__, range(lo, hi)))  # keeps what it read on error
+        for i in range(lo + len(elements), hi):  # map() ends quietly at a StopIteration
+            elements.append(reader[i])
     except Exception as e:
         return elements, e
     return elements, None

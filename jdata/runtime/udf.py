@@ -40,9 +40,10 @@ def call_block(fn, elements: list, op: str, position: int) -> tuple[list, UDFErr
         if not types or types.count(types[0]) == len(types):  # one type, one calling convention
             outputs.extend(starmap(fn, elements) if types and types[0] is tuple
                            else map(fn, elements))
-        else:
-            for e in elements:
-                outputs.append(fn(*e) if type(e) is tuple else fn(e))
+        # Mixed types, or map() ended quietly where fn raised StopIteration (which
+        # then raises again here, to be reported like any other error).
+        for e in elements[len(outputs):]:
+            outputs.append(fn(*e) if type(e) is tuple else fn(e))
     except Exception as e:
         return outputs, _chained(op, position + len(outputs), e)
     return outputs, None

@@ -80,10 +80,10 @@ def test_str():
 
 # The block filter (over a random-access input) against the per-element one.
 
-def fails_on(bad, result=None):
+def fails_on(bad, result=None, exc=ValueError):
     def fn(x):
         if int(x) in bad:
-            raise ValueError(f"bad element {int(x)}")
+            raise exc(f"bad element {int(x)}")
         return x if result is None else result(x)
     return fn
 
@@ -100,6 +100,9 @@ BLOCK_CASES = {
     "predicate_error_in_a_dropped_block": (
         lambda: jdata.range(30).filter(fails_on({12}, lambda x: x < 3)),
         [("UDFError", "filter", 12)]),
+    "predicate_stop_iteration": (
+        lambda: jdata.range(20).filter(fails_on({6}, lambda x: x > 2, StopIteration)),
+        [("UDFError", "filter", 6)]),
     "map_error": (lambda: jdata.range(30).map(fails_on({4, 13})).filter(lambda x: x % 3 != 1),
                   [("UDFError", "map", 4), ("UDFError", "map", 13)]),
     "map_and_predicate_errors": (

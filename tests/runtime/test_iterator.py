@@ -99,6 +99,21 @@ def test_read_each_is_the_default():
     assert read_each(_Squares(), 0, 3) == ([0, 1, 4], None)
 
 
+def test_a_stop_iteration_is_an_error_at_its_element_not_an_end():
+    class Stops(_Squares):
+        def __getitem__(self, index):
+            if index == 3:
+                raise StopIteration
+            return super().__getitem__(index)
+
+    elements, error = read_each(Stops(), 0, 6)
+    assert elements == [0, 1, 4] and isinstance(error, StopIteration)
+    outputs, error = udf.call_block(fails_on({2}, StopIteration), [np.int64(i) for i in range(5)],
+                                    "map", 10)
+    assert len(outputs) == 2 and error.position == 12
+    assert isinstance(error.__cause__, StopIteration)
+
+
 def test_default_next_many_pulls_with_next():
     class Countdown(Iterator):
         def __init__(self):
@@ -120,6 +135,8 @@ PIPELINES = {
     "map_error": (lambda: jdata.range(20).map(fails_on({3, 9, 10})),
                   [("UDFError", "map", 3), ("UDFError", "map", 9), ("UDFError", "map", 10)]),
     "batch": (lambda: jdata.range(23).map(fails_on(set())).batch(5), []),
+    "stop_iteration": (lambda: jdata.range(12).map(fails_on({4}, StopIteration)).batch(3),
+                       [("UDFError", "map", 4)]),
     "batch_error": (lambda: jdata.range(23).map(fails_on({7, 8, 19})).batch(5),
                     [("UDFError", "map", 7), ("UDFError", "map", 19)]),
     "batch_drop_remainder": (
