@@ -56,7 +56,7 @@ class _MapReader:
         elements, input_error = iterator.read_block(self._input, lo, hi)
         outputs, udf_error = udf.call_block(self._fn, elements, "map", lo)
         outputs, invalid = _tree.normalize_block(outputs, "map")
-        # Each error ends the block before the next one's element: the first one wins.
+        # Each error cuts the block short of the next one's element: the first set is the earliest.
         return outputs, invalid or udf_error or input_error
 
 
