@@ -14,6 +14,10 @@ from jdata._plan import Node
 from jdata.runtime import udf
 from jdata.runtime.iterator import IndexIterator, Iterator, UnaryIterator, read_block
 
+# Input elements per block of _BlockFilterIterator: the first block, and the largest.
+_MIN_BLOCK = 16
+_MAX_BLOCK = 1024
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FilterNode(Node):
@@ -165,11 +169,6 @@ class _BlockFilterIterator(Iterator):
 
     def close(self):
         self._input.close()
-
-
-# Input elements per block of _BlockFilterIterator: the first block, and the largest.
-_MIN_BLOCK = 16
-_MAX_BLOCK = 1024
 
 
 def _check_results(keeps: list, position: int) -> tuple[list, TypeError | None]:
