@@ -6,6 +6,8 @@ scalars, ``bytes`` and ``str``. ``None`` is not a valid leaf.
 
 from __future__ import annotations
 
+import builtins
+
 import jax
 import numpy as np
 
@@ -82,6 +84,31 @@ def normalize(element, op: str):
     if element is None:
         raise TypeError(f"{op}: the user function returned None; return the element")
     return map(lambda leaf: _normalize_leaf(leaf, op), element)
+
+
+class Leaves(list):
+    """A block of elements that are all leaves: NumPy arrays or scalars, bytes, str.
+
+    Readers return it where they know that already, so that a UDF's block
+    call (``udf.call_block``) does not look at each element for a tuple to
+    unpack. Only leaves may be added to it.
+    """
+
+
+def normalize_block(elements: list, op: str) -> tuple[list, Exception | None]:
+    """``normalize`` on each element: the outputs up to the first invalid one, and its error."""
+    types = list(builtins.map(type, elements))  # this module's map is the tree map
+    if types and types.count(types[0]) == len(types) and issubclass(types[0], _LEAF_TYPES):
+        return Leaves(elements), None  # the common case: one leaf type, nothing to convert
+    out: list = []
+    try:
+        out.extend(normalize(e, op) for e in elements)
+    except Exception as e:
+        return out, e
+    return out, None
+
+
+_LEAF_TYPES = (np.ndarray, np.generic, bytes, str)
 
 
 def _normalize_leaf(leaf, op: str):

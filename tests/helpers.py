@@ -99,3 +99,79 @@ def _rest(it, remaining: int | None) -> list:
                 break
             out.append(materialize(element))
     return out
+
+
+def use_per_element_paths(monkeypatch) -> None:
+    """Turns off the block paths (``read_block``, the block filter).
+
+    What runs then is the element-by-element code that the block paths must
+    match in elements, errors and states.
+    """
+    from jdata.ops import filter as filter_op
+    from jdata.ops import map as map_op
+    from jdata.ops import range as range_op
+    from jdata.ops import skip as skip_op
+    from jdata.ops import take as take_op
+
+    for reader in (range_op._RangeReader, map_op._MapReader, take_op._TakeReader,
+                   skip_op._SkipReader):
+        monkeypatch.delattr(reader, "read_block")
+    monkeypatch.setattr(filter_op, "_BlockFilterIterator", filter_op._FilterIterator)
+
+
+def use_small_filter_blocks(monkeypatch) -> None:
+    """Blocks of 2, 4 and then 8 elements, so that short inputs cross many block ends."""
+    from jdata.ops import filter as filter_op
+
+    monkeypatch.setattr(filter_op, "_MIN_BLOCK", 2)
+    monkeypatch.setattr(filter_op, "_MAX_BLOCK", 8)
+
+
+def trace(it, max_steps: int = 10_000) -> list:
+    """Every ``next`` of ``it`` until the end: ``("element", e)`` or ``("error", ...)``,
+    each with the JSON state after it. Iteration goes on after an error, as it may.
+    """
+    out = []
+    with it:
+        for _ in range(max_steps):
+            try:
+                step = ("element", materialize(next(it)))
+            except StopIteration:
+                break
+            except Exception as e:  # part of the trace
+                cause = type(e.__cause__).__name__ if e.__cause__ else None
+                step = ("error", type(e).__name__, getattr(e, "op", None),
+                        getattr(e, "position", None), cause)
+            out.append((step, json.loads(json.dumps(it.get_state()))))
+        else:
+            raise AssertionError(f"more than {max_steps} steps")
+    return out
+
+
+def assert_same_traces(actual: list, expected: list) -> None:
+    assert len(actual) == len(expected), f"{len(actual)} steps != {len(expected)} expected"
+    for i, ((a_step, a_state), (e_step, e_state)) in enumerate(zip(actual, expected)):
+        if a_step[0] == e_step[0] == "element":
+            assert_elements_equal(a_step[1], e_step[1], f"step {i}: ")
+        else:
+            assert a_step == e_step, f"step {i}: {a_step} != {e_step}"
+        assert a_state == e_state, f"step {i}: state {a_state} != {e_state}"
+
+
+def check_blocks_match_per_element(make_ds, monkeypatch) -> list:
+    """``make_ds()`` through the block paths gives the per-element trace, and restores.
+
+    Elements, errors (type, op, position, cause) and the state after every
+    step must be those of the per-element paths; restoring the state after
+    step ``k`` must give the rest of the trace. Returns the trace.
+    """
+    ds = make_ds()
+    blocks = trace(ds.iterator())
+    for step in range(len(blocks) + 1):
+        state = blocks[step - 1][1] if step else ds.iterator().get_state()
+        assert_same_traces(trace(ds.iterator(state)), blocks[step:])
+    with monkeypatch.context() as patch:
+        use_per_element_paths(patch)
+        per_element = trace(make_ds().iterator())
+    assert_same_traces(blocks, per_element)
+    return blocks

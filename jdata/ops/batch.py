@@ -9,7 +9,7 @@ from jdata import _planner, _spec, _tree
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
 from jdata.runtime import parallel
-from jdata.runtime.iterator import Iterator, UnaryIterator
+from jdata.runtime.iterator import Iterator, UnaryIterator, read_block
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -57,7 +57,10 @@ class BatchReader:
     def __getitem__(self, index: int):
         start = index * self._batch_size
         stop = min(start + self._batch_size, self._n)
-        return self._stack([self._input[i] for i in range(start, stop)])
+        elements, error = read_block(self._input, start, stop)
+        if error is not None:
+            raise error
+        return self._stack(elements)
 
 
 class BatchIterator(UnaryIterator):
@@ -73,11 +76,13 @@ class BatchIterator(UnaryIterator):
         self._stack = stack
 
     def __next__(self):
-        elements = []
-        for element in self._input:
-            elements.append(element)
-            if len(elements) == self._batch_size:
+        size = self._batch_size
+        elements = self._input.next_many(size)
+        while 0 < len(elements) < size:
+            more = self._input.next_many(size - len(elements))
+            if not more:
                 break
+            elements += more
         if not elements or (self._drop_remainder and len(elements) < self._batch_size):
             raise StopIteration
         return self._stack(elements)

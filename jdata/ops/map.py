@@ -10,7 +10,7 @@ from typing import Callable, ClassVar
 
 from jdata import _planner, _tree
 from jdata._plan import Node
-from jdata.runtime import blocks, parallel, probe, udf
+from jdata.runtime import blocks, iterator, parallel, probe, udf
 from jdata.runtime.iterator import UnaryIterator
 
 
@@ -51,6 +51,13 @@ class _MapReader:
 
     def __getitem__(self, index: int):
         return _apply(self._fn, self._input[index], index)
+
+    def read_block(self, lo: int, hi: int):
+        elements, input_error = iterator.read_block(self._input, lo, hi)
+        outputs, udf_error = udf.call_block(self._fn, elements, "map", lo)
+        outputs, invalid = _tree.normalize_block(outputs, "map")
+        # Each error cuts the block short of the next one's element: the first set is the earliest.
+        return outputs, invalid or udf_error or input_error
 
 
 class _MapIterator(UnaryIterator):

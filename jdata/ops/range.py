@@ -8,9 +8,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from jdata import _planner
+from jdata import _planner, _tree
 from jdata._plan import Node
 from jdata._spec import TensorSpec
+from jdata.runtime import iterator
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -41,6 +42,14 @@ class _RangeReader:
 
     def __getitem__(self, index: int):
         return np.int64(self._range[index])
+
+    def read_block(self, lo: int, hi: int):
+        values = self._range[lo:hi]
+        try:
+            elements = np.arange(values.start, values.stop, values.step, dtype=np.int64)
+            return _tree.Leaves(elements), None
+        except OverflowError:  # beyond int64: let each element report its own error
+            return iterator.read_each(self, lo, hi)
 
 
 _planner.register(RangeNode, reader=_RangeReader)

@@ -9,6 +9,7 @@ from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import UDFError
 from jdata._plan import Node
+from jdata.runtime import iterator
 from jdata.runtime.iterator import UnaryIterator
 
 
@@ -47,6 +48,9 @@ class _SkipReader:
 
     def __getitem__(self, index: int):
         return self._input[index + self._offset]
+
+    def read_block(self, lo: int, hi: int):
+        return iterator.read_block(self._input, lo + self._offset, hi + self._offset)
 
 
 class _SkipIterator(UnaryIterator):

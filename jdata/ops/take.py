@@ -8,6 +8,7 @@ from typing import ClassVar
 from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
+from jdata.runtime import iterator
 from jdata.runtime.iterator import UnaryIterator
 
 
@@ -47,6 +48,9 @@ class _TakeReader:
 
     def __getitem__(self, index: int):
         return self._input[index]
+
+    def read_block(self, lo: int, hi: int):
+        return iterator.read_block(self._input, lo, hi)
 
 
 class _TakeIterator(UnaryIterator):

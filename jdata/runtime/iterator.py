@@ -14,10 +14,16 @@ Invariants every iterator keeps, so that parallel variants can slot in and
   choices depend only on (key, op, epoch, position).
 - When a UDF raises, the iterator has already moved past the element, so the
   next call continues with the following one.
+
+Per-element Python calls dominate the cost of cheap pipelines, so both
+protocols have an optional block form: ``Reader.read_block(lo, hi)`` (through
+``read_block``) and ``Iterator.next_many(n)``, each one tight loop per block
+with the same elements, errors and states as the element-by-element calls.
 """
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any, Protocol
 
 
@@ -30,6 +36,17 @@ class Iterator:
     def __next__(self):
         raise NotImplementedError
 
+    def next_many(self, n: int) -> list:
+        """Up to ``n`` next elements as a new list; ``[]`` only at the end.
+
+        A shorter list does not mean the end. If an element fails, its error
+        may be raised at once, the elements pulled before it in this call
+        lost, as for a caller of ``next`` that drops what it pulled (``batch``
+        does); the iterator is then past the failing element, as ``next``
+        leaves it. Consumers that must not lose elements call ``next``.
+        """
+        return list(islice(self, n))
+
     def get_state(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -41,11 +58,38 @@ class Iterator:
 
 
 class Reader(Protocol):
-    """Random access to a node's elements in one epoch."""
+    """Random access to a node's elements in one epoch.
+
+    A reader may also define ``read_block(lo, hi)``, a faster form of
+    ``read_block(reader, lo, hi)`` below with the same result.
+    """
 
     def __len__(self) -> int: ...
 
     def __getitem__(self, index: int) -> Any: ...
+
+
+def read_block(reader: Reader, lo: int, hi: int) -> tuple[list, Exception | None]:
+    """Elements ``lo .. hi-1`` of ``reader``, up to the first that raises, and that error.
+
+    Returns ``(elements, None)`` when all of them were read, else the
+    elements before the failing one (index ``lo + len(elements)``) and its
+    exception, which the caller raises when it reaches that index.
+    """
+    method = getattr(reader, "read_block", None)
+    return read_each(reader, lo, hi) if method is None else method(lo, hi)
+
+
+def read_each(reader: Reader, lo: int, hi: int) -> tuple[list, Exception | None]:
+    """``read_block`` by ``reader[i]`` for each index."""
+    elements: list = []
+    try:
+        elements.extend(map(reader.__getitem__, range(lo, hi)))  # keeps what it read on error
+        for i in range(lo + len(elements), hi):  # map() ends quietly at a StopIteration
+            elements.append(reader[i])
+    except Exception as e:
+        return elements, e
+    return elements, None
 
 
 class IndexIterator(Iterator):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from itertools import starmap
+
+from jdata import _tree
 from jdata._errors import UDFError
 
 
@@ -23,3 +26,32 @@ def call(fn, element, op: str, position: int, *extra):
         return fn(element, *extra)
     except Exception as e:
         raise UDFError(op, position, e) from e
+
+
+def call_block(fn, elements: list, op: str, position: int) -> tuple[list, UDFError | None]:
+    """``call`` on each element in one tight loop, ``position`` being the first's.
+
+    Returns ``(outputs, None)``, or the outputs before the first element that
+    raised and that element's ``UDFError`` (original chained), unraised.
+    """
+    outputs: list = []
+    types = [] if type(elements) is _tree.Leaves else list(map(type, elements))
+    try:
+        if not types or types.count(types[0]) == len(types):  # one type, one calling convention
+            outputs.extend(starmap(fn, elements) if types and types[0] is tuple
+                           else map(fn, elements))
+        # Mixed types, or map() ended quietly where fn raised StopIteration (which
+        # then raises again here, to be reported like any other error).
+        for e in elements[len(outputs):]:
+            outputs.append(fn(*e) if type(e) is tuple else fn(e))
+    except Exception as e:
+        return outputs, _chained(op, position + len(outputs), e)
+    return outputs, None
+
+
+def _chained(op: str, position: int, cause: Exception) -> UDFError:
+    # Raised here, as ``call`` raises it, for the same ``__cause__``, context and traceback.
+    try:
+        raise UDFError(op, position, cause) from cause
+    except UDFError as error:
+        return error
