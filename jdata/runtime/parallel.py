@@ -48,8 +48,10 @@ _MAX_INFLIGHT = 1 << 30  # threads: no limit beyond the pool's own
 _WARMUP_CHUNKS = 1
 _DECIDE_CHUNKS = 4
 _DECIDE_SEC = 0.01
-# The job holds the GIL if fewer than 1 + this fraction of the extra threads ran at once.
-_GIL_FREE_FRACTION = 0.5
+# Processes win if fewer than this fraction of the threads ran at once: they run
+# all at once but pay for pickling and copies (about 80% efficient), and a switch
+# needs a clear gain (1.5x) to be worth it: 0.8 / 1.5.
+_PROCESS_ADVANTAGE = 0.55
 # Below this many threads on CPU at once, the UDF mostly waits (I/O, sleeps).
 _MOSTLY_WAITING = 0.3
 # The UDF is a bottleneck worth processes if the consumer waited this much of the window.
@@ -409,9 +411,9 @@ class EngineChooser:
                                f" of the time: it is not the bottleneck")
         if running < _MOSTLY_WAITING:
             return "threads", f"{measured}: the UDF mostly waits (I/O), which threads overlap"
-        if running < 1 + _GIL_FREE_FRACTION * (threads - 1):
+        if running < _PROCESS_ADVANTAGE * threads:
             return "processes", f"{measured}: the UDF holds the GIL"
-        return "threads", f"{measured}: the UDF releases the GIL"
+        return "threads", f"{measured}: the UDF releases the GIL enough for threads"
 
 
 class _Pooled(Tunable):

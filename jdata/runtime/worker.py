@@ -99,7 +99,7 @@ class _Arena:
                 retired.append(segment.name)
                 _release(segment)
             segment = Segment(segment_name(self._parent_pid, os.getpid(), next(self._serial)),
-                              max(_MIN_SEGMENT_BYTES, 2 * total))
+                              max(_MIN_SEGMENT_BYTES, total + total // 4))
             self._segments[slot] = segment
         spans, offset = [], 0
         for view in views:
