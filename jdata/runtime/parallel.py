@@ -43,7 +43,6 @@ _TARGET_PROCESS_CHUNK_SEC = 10e-3
 # Chunks in flight per worker: enough to keep every worker busy while the
 # consumer drains results.
 _CHUNKS_PER_WORKER = 2
-_MAX_INFLIGHT = 1 << 30  # threads: no limit beyond the pool's own
 # The engine choice: chunks ignored, then measured, and the least time measured.
 _WARMUP_CHUNKS = 1
 _DECIDE_CHUNKS = 4
@@ -68,6 +67,10 @@ def resolve_parallelism(num_parallel_calls: int) -> int:
     if num_parallel_calls > 0:
         return num_parallel_calls
     return usable_cores()
+
+
+class WorkerError(RuntimeError):
+    """A worker process died or could not start: the iterator cannot go on."""
 
 
 class Tunable(Iterator):
@@ -247,9 +250,6 @@ class _ThreadExecutor:
         self.workers = workers
         self._gate.set_limit(workers)
 
-    def capacity(self) -> int:
-        return _MAX_INFLIGHT
-
     def _run(self, items):
         with self._gate:
             start, cpu_start = time.perf_counter(), time.thread_time()
@@ -299,8 +299,7 @@ class _Pool:
         self._executor.resize(parallelism)
 
     def full(self) -> bool:
-        return (len(self.inflight) >= self.parallelism * _CHUNKS_PER_WORKER
-                or self._executor.capacity() <= 0)
+        return len(self.inflight) >= self.parallelism * _CHUNKS_PER_WORKER
 
     def submit(self, items: list, tags: list) -> None:
         self.inflight.append((tags, self._executor.submit(items)))
@@ -430,6 +429,9 @@ class _Pooled(Tunable):
         self._ready: collections.deque = collections.deque()  # (tag, outcome) to emit
         # Completion order only: tags emitted past the oldest one still pending.
         self._done: set[int] = set()
+        # A lost worker loses the elements it was computing: the iterator
+        # stops for good rather than skip them (its state still resumes).
+        self._fatal: WorkerError | None = None
 
     @property
     def stats(self) -> OpStats:
@@ -445,6 +447,7 @@ class _Pooled(Tunable):
 
     def _reset(self, state: dict) -> None:
         """Drops the work in flight before a restore."""
+        self._fatal = None
         self._pool.cancel()
         self._ready.clear()
         self._done = {int(t) for t in state.get("done", ())}
@@ -456,11 +459,17 @@ class _Pooled(Tunable):
         raise NotImplementedError
 
     def __next__(self):
-        self._fill()
-        if not self._ready:
-            if not self._pool.inflight:
-                raise StopIteration
-            self._ready.extend(self._pool.take(self._deterministic))
+        if self._fatal is not None:
+            raise self._fatal
+        try:
+            self._fill()
+            if not self._ready:
+                if not self._pool.inflight:
+                    raise StopIteration
+                self._ready.extend(self._pool.take(self._deterministic))
+        except WorkerError as e:
+            self._fatal = e
+            raise
         tag, outcome = self._ready.popleft()
         self._mark_emitted(tag)
         return outcome.get()

@@ -40,15 +40,12 @@ import cloudpickle
 
 from jdata.runtime import forkserver
 from jdata.runtime import worker as worker_module
+from jdata.runtime.parallel import WorkerError
 
 # How long shutdown waits for a worker to stop before terminating (then killing) it.
 _STOP_TIMEOUT_SEC = 2.0
 # How often the collector looks for new workers and a shutdown.
 _POLL_SEC = 0.5
-
-
-class WorkerError(RuntimeError):
-    """A worker process died or could not start."""
 
 
 class _Worker:
@@ -63,6 +60,10 @@ class _Worker:
         result_reader, result_writer = os.pipe()
         try:
             self.pid = forkserver.Server.get().fork([task_reader, result_writer])
+        except BaseException:
+            os.close(task_writer)
+            os.close(result_reader)
+            raise
         finally:
             os.close(task_reader)
             os.close(result_writer)
@@ -104,6 +105,7 @@ class _Shared:
     def __init__(self, job_bytes: bytes):
         self.job_bytes = job_bytes
         self.lock = threading.Lock()
+        self.freed = threading.Condition(self.lock)  # a worker's task slot came free
         self.workers: list[_Worker] = []
         self.futures: dict[int, tuple[_Worker, cf.Future]] = {}
         self.segments: dict[str, worker_module.Segment] = {}
@@ -165,6 +167,7 @@ class _Shared:
         with self.lock:
             _, future = self.futures.pop(task_id, (None, None))
             w.outstanding -= 1
+            self.freed.notify_all()
         if future is None or not future.set_running_or_notify_cancel():
             return  # cancelled by a restore or shutdown
         try:
@@ -180,6 +183,7 @@ class _Shared:
             lost = [(tid, f) for tid, (owner, f) in self.futures.items() if owner is w]
             for tid, _ in lost:
                 del self.futures[tid]
+            self.freed.notify_all()
         if self.closing:
             return
         detail = (f"; it failed to start:\n{self.fatal}" if self.fatal else
@@ -245,7 +249,7 @@ class ProcessExecutor:
 
     ``resize(n)`` changes how many workers take new tasks (starting more
     when needed). Each worker keeps at most ``worker.SLOTS - 1`` tasks
-    outstanding; ``capacity()`` says how many more may be submitted.
+    outstanding (``submit`` waits for a free one).
     """
 
     def __init__(self, job, workers: int):
@@ -269,26 +273,28 @@ class ProcessExecutor:
         self._active = max(1, workers)
         _send_quietly(shared.wake_w, None)  # the collector watches the new workers
 
-    def capacity(self) -> int:
-        per_worker = worker_module.SLOTS - 1
-        with self._shared.lock:
-            return sum(per_worker - w.outstanding
-                       for w in self._shared.workers[:self._active] if w.alive)
-
     def submit(self, items: list) -> cf.Future:
+        """Sends ``items`` to the least busy worker, first waiting for one with a free slot.
+
+        (Results of tasks cancelled by a restore still occupy their slots
+        until they arrive.)
+        """
         shared = self._shared
         future: cf.Future = cf.Future()
         with shared.lock:
-            if shared.closing:
-                raise RuntimeError("jdata: the worker processes were shut down")
-            candidates = [w for w in shared.workers[:self._active] if w.alive]
-            if not candidates:
-                raise WorkerError("jdata: every worker process died"
-                                  + (f"; the first failed to start:\n{shared.fatal}"
-                                     if shared.fatal else ""))
-            w = min(candidates, key=lambda c: c.outstanding)
-            if w.outstanding >= worker_module.SLOTS - 1:
-                raise RuntimeError("jdata: internal error: a worker's segments are all in use")
+            while True:
+                if shared.closing:
+                    raise RuntimeError("jdata: the worker processes were shut down")
+                self._replace_dead_workers()
+                candidates = [w for w in shared.workers[:self._active] if w.alive]
+                if not candidates:
+                    raise WorkerError("jdata: every worker process died"
+                                      + (f"; the first failed to start:\n{shared.fatal}"
+                                         if shared.fatal else ""))
+                w = min(candidates, key=lambda c: c.outstanding)
+                if w.outstanding < worker_module.SLOTS - 1:
+                    break
+                shared.freed.wait(_POLL_SEC)
             task_id = next(self._ids)
             shared.futures[task_id] = (w, future)
             w.outstanding += 1
@@ -297,6 +303,18 @@ class ProcessExecutor:
         except OSError:
             pass  # the worker died: the collector fails its futures
         return future
+
+    def _replace_dead_workers(self) -> None:
+        # A worker that died (killed, out of memory) is replaced, so an
+        # iterator restored after the error goes on; one that could not
+        # start would fail again, so that error stands.
+        shared = self._shared
+        if shared.fatal is not None:
+            return
+        for i, w in enumerate(shared.workers[:self._active]):
+            if not w.alive:
+                shared.workers[i] = _Worker(i, shared.job_bytes)
+                _send_quietly(shared.wake_w, None)
 
     def pids(self) -> list[int]:
         return [w.pid for w in self._shared.workers]

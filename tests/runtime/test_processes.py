@@ -189,15 +189,22 @@ def test_garbage_collection_after_an_exception_stops_workers():
     assert _my_segments() == []
 
 
-def test_a_killed_worker_raises_instead_of_hanging():
-    it = jdata.range(10_000).map(_python_work, num_parallel_calls=2).with_options(
-        PROCESSES).iterator()
+def test_a_killed_worker_raises_instead_of_hanging_and_a_restore_goes_on():
+    ds = jdata.range(3000).map(_python_work, num_parallel_calls=2).with_options(PROCESSES)
+    it = ds.iterator()
     next(it)
     victim = _pool(it)._executor.pids()[0]
     os.kill(victim, signal.SIGKILL)
-    with pytest.raises(Exception, match="died"):
+    seen = 1
+    with pytest.raises(parallel.WorkerError, match="died"):
         for _ in it:
-            pass
+            seen += 1
+    state = it.get_state()
+    with pytest.raises(parallel.WorkerError):  # it stays failed: nothing is skipped
+        next(it)
+    assert state["state"]["index"] == seen  # the lost elements are still ahead
+    it.set_state(state)  # the dead worker is replaced
+    assert [int(e["x"]) for e in it] == list(range(seen, 3000))
     it.close()
     _wait_until(lambda: _my_segments() == [], "the dead worker's segments are unlinked")
 
@@ -277,3 +284,16 @@ def test_explain_names_the_engine():
     assert "engine: auto" in ds.explain()
     assert "engine: processes" in ds.with_options(PROCESSES).explain()
     assert "engine: threads" in jdata.range(4).map(_python_work, num_parallel_calls=2).explain()
+
+
+def test_repeated_restores_wait_for_slots_held_by_cancelled_work():
+    # Each restore cancels chunks still running in the workers; their results
+    # hold the workers' segments until they arrive, and new work waits for them.
+    ds = jdata.range(500).map(_python_work, num_parallel_calls=2).with_options(PROCESSES)
+    with ds.iterator() as it:
+        for _ in range(3):
+            next(it)
+        state = it.get_state()
+        for _ in range(10):
+            it.set_state(state)
+            assert [int(next(it)["x"]) for _ in range(5)] == [3, 4, 5, 6, 7]
