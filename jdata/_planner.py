@@ -51,7 +51,7 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
             options = ctx.options
             iterator = parallel.ParallelIndexIterator(
                 lambda: make_reader(node, Context(options), epoch), parallelism,
-                deterministic, subtree_engine(node, ctx), options.cpu_budget)
+                deterministic, subtree_engine(node, ctx), options.cpu_budget, engine_key(node))
             ops = " <- ".join(n.op_name for n in walk(node))
             ctx.autotuner().register(
                 iterator, f"{ops} (by index)",
@@ -109,6 +109,21 @@ def subtree_engine(node: Node, ctx: Context) -> str:
         if engine in engines:
             return engine
     return "threads"
+
+
+def engine_key(node: Node) -> tuple:
+    """What an engine decision depends on: the ops and the code of their UDFs.
+
+    Rebuilding the same pipeline gives the same key, so a decision measured
+    once serves later iterators; a wrong match would only cost speed.
+    """
+    parts = []
+    for n in walk(node):
+        fn = getattr(n, "fn", None)
+        code = getattr(fn, "__code__", None) or getattr(
+            getattr(type(fn), "__call__", None), "__code__", None)
+        parts.append((type(n), code))
+    return tuple(parts)
 
 
 def describe_engine(node: Node, ctx: Context) -> str:

@@ -94,7 +94,8 @@ def _iterator(node: MapNode, ctx, epoch: int):
         return parallel.ParallelMapIterator(
             _planner.make_iterator(node.input, ctx, epoch),
             lambda element, position: _apply(fn, element, position), threads, deterministic,
-            _planner.op_engine(node, ctx), ctx.options.cpu_budget)
+            _planner.op_engine(node, ctx), ctx.options.cpu_budget,
+            _planner.engine_key(node))
     if not node.vectorize:
         return _MapIterator(node, ctx, epoch)
     return blocks.BlockIterator(_planner.make_iterator(node.input, ctx, epoch),

@@ -14,6 +14,7 @@ from jdata._plan import Node
 from jdata.ops.batch import BatchIterator, BatchReader, batched_cardinality
 
 _OP = "padded_batch"
+_LEAF = _tree.structure(np.zeros(()))  # the structure of a bare array element
 _SHAPE_HINT = ("a shape is a list or tuple of ints, None or -1 (pad to the longest), e.g. "
                "[None, 5]; pass one per leaf of the element, in the element's structure")
 
@@ -222,7 +223,12 @@ class Padder:
         self._layouts: dict = {}  # (treedef, ranks) -> (names, shapes, padding values)
 
     def __call__(self, elements: list):
-        flat, treedef = _tree.flatten(elements[0])
+        first = elements[0]
+        if type(first) is np.ndarray and list(map(type, elements)).count(np.ndarray) == len(
+                elements):  # one array per element, the common case: no tree walks
+            names, shapes, values = self._layout(_LEAF, (first.ndim,))
+            return _pad_leaf(elements, shapes[0], values[0], names[0])
+        flat, treedef = _tree.flatten(first)
         columns = [flat]
         for i, element in enumerate(elements[1:], 1):
             leaves_i, treedef_i = _tree.flatten(element)
@@ -248,24 +254,33 @@ class Padder:
 def _pad_leaf(values: list, shape: tuple, pad, name: str) -> np.ndarray:
     if isinstance(values[0], (bytes, str)):
         return _tree.stack(values, _OP)  # scalar strings: nothing to pad
-    arrays = [np.asarray(v) for v in values]
+    arrays = values if all(type(v) is np.ndarray for v in values) else [np.asarray(v)
+                                                                        for v in values]
     other_rank = next((a.ndim for a in arrays if a.ndim != len(shape)), None)
     if other_rank is not None:
         raise ValueError(f"{_OP}: {name} has rank {len(shape)} in the batch's first element "
                          f"but rank {other_rank} in another; padding needs equal ranks")
-    target = tuple(max(a.shape[d] for a in arrays) if s is None else s
+    sizes = [a.shape for a in arrays]
+    target = tuple(max(size[d] for size in sizes) if s is None else s
                    for d, s in enumerate(shape))
-    for a in arrays:
-        if any(n > t for n, t in zip(a.shape, target)):
-            raise ValueError(f"{_OP}: {name} has shape {a.shape}, larger than its padded shape "
-                             f"{list(shape)}; enlarge padded_shapes, or use None to pad to the "
-                             "longest in the batch")
+    for d, s in enumerate(shape):  # sizes padded to the longest cannot be too large
+        too_large = s is not None and next((size for size in sizes if size[d] > s), None)
+        if too_large:
+            raise ValueError(f"{_OP}: {name} has shape {too_large}, larger than its padded "
+                             f"shape {list(shape)}; enlarge padded_shapes, or use None to pad "
+                             "to the longest in the batch")
     strings = arrays[0].dtype.kind in "OSU"
-    dtype = np.dtype(object) if strings else np.result_type(*arrays)
+    dtypes = {a.dtype for a in arrays}
+    dtype = (np.dtype(object) if strings else dtypes.pop() if len(dtypes) == 1
+             else np.result_type(*arrays))
     sample = next((a.flat[0] for a in arrays if a.size), None)
     out = np.full((len(arrays), *target), _pad_value(pad, dtype, sample, name), dtype=dtype)
-    for i, a in enumerate(arrays):
-        out[(i, *(slice(0, n) for n in a.shape))] = a
+    if len(target) == 1:
+        for i, a in enumerate(arrays):
+            out[i, :len(a)] = a
+    else:
+        for i, a in enumerate(arrays):
+            out[(i, *map(slice, a.shape))] = a
     return out
 
 

@@ -108,7 +108,8 @@ def _iterator(node: RandomMapNode, ctx, epoch: int):
         return parallel.ParallelMapIterator(
             _planner.make_iterator(node.input, ctx, epoch),
             lambda element, position: _apply(fn, element, position, keys), threads,
-            deterministic, _planner.op_engine(node, ctx), ctx.options.cpu_budget)
+            deterministic, _planner.op_engine(node, ctx), ctx.options.cpu_budget,
+            _planner.engine_key(node))
     if not node.vectorize:
         return _RandomMapIterator(node, ctx, epoch)
     return blocks.BlockIterator(_planner.make_iterator(node.input, ctx, epoch),

@@ -273,16 +273,28 @@ class _Pool:
     """
 
     def __init__(self, job: Callable, parallelism: int, engine: str = "threads",
-                 cpu_budget: int | None = None):
+                 cpu_budget: int | None = None, decision_key=None):
         self.job = job
         self.parallelism = parallelism
         self.cpu_budget = cpu_budget or usable_cores()
         self.inflight: collections.deque = collections.deque()
-        self.chooser = EngineChooser(self.cpu_budget) if engine == "auto" else None
-        self.engine = "processes" if engine == "processes" else "threads"
-        self.engine_reason = ("chosen by measurement after the first chunks" if self.chooser
-                              else f"Options(engine={engine!r})" if engine == "processes"
-                              else "threads unless num_parallel_calls=AUTOTUNE")
+        self.chooser = None
+        self.engine_reason = ("a fixed num_parallel_calls or Options(engine='threads')"
+                              if engine == "threads" else f"Options(engine={engine!r})")
+        if engine == "auto":
+            earlier = _DECISIONS.get(decision_key) if decision_key is not None else None
+            if self.cpu_budget < 2 or parallelism < 2:
+                engine = "threads"
+                self.engine_reason = ("one core or one worker: processes cannot run more at "
+                                      "once")
+            elif earlier is None:
+                engine = "threads"
+                self.chooser = EngineChooser(self.cpu_budget, decision_key)
+                self.engine_reason = "chosen by measurement after the first chunks"
+            else:
+                engine, reason = earlier
+                self.engine_reason = f"{reason} (measured by an earlier iterator)"
+        self.engine = engine
         self._executor = self._start(self.engine)
         self.sizer = _ChunkSizer(_chunk_target(self.engine))
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
@@ -366,6 +378,12 @@ def _chunk_target(engine: str) -> float:
     return _TARGET_PROCESS_CHUNK_SEC if engine == "processes" else _TARGET_CHUNK_SEC
 
 
+# Engine decisions by the code they measured (see ``_planner.engine_key``), for
+# later iterators of the same pipeline; bounded, as pipelines may be built anew.
+_DECISIONS: dict = {}
+_MAX_DECISIONS = 1024
+
+
 class EngineChooser:
     """Decides threads or processes from the first chunks computed on threads.
 
@@ -378,8 +396,9 @@ class EngineChooser:
     waited for the pool: otherwise the UDF is not the bottleneck.
     """
 
-    def __init__(self, cpu_budget: int):
+    def __init__(self, cpu_budget: int, decision_key=None):
         self._cpu_budget = cpu_budget
+        self._key = decision_key
         self._chunks = 0
         self._first_start: float | None = None
         self._last_end = 0.0
@@ -387,9 +406,20 @@ class EngineChooser:
 
     def record(self, timing: tuple[float, float, float], waited: float,
                threads: int) -> tuple[str, str] | None:
-        """Adds a chunk's ``(start, end, CPU)``; ``(engine, reason)`` once decided."""
-        if self._cpu_budget < 2 or threads < 2:
-            return "threads", "one core or one worker: processes cannot run more at once"
+        """Adds a chunk's ``(start, end, CPU)``; ``(engine, reason)`` once decided.
+
+        The decision is remembered under ``decision_key`` (the op's code):
+        later iterators (the next epoch, the next ``iter(ds)``, the same
+        pipeline built again) start with it instead of measuring again.
+        """
+        decision = self._decide(timing, waited, threads)
+        if decision is not None and self._key is not None:
+            if len(_DECISIONS) >= _MAX_DECISIONS:
+                _DECISIONS.clear()
+            _DECISIONS[self._key] = decision
+        return decision
+
+    def _decide(self, timing, waited: float, threads: int) -> tuple[str, str] | None:
         self._chunks += 1
         if self._chunks <= _WARMUP_CHUNKS:
             return None  # first calls pay imports and caches
@@ -423,8 +453,8 @@ class _Pooled(Tunable):
     """
 
     def __init__(self, job: Callable, parallelism: int, deterministic: bool, engine: str,
-                 cpu_budget: int | None):
-        self._pool = _Pool(job, parallelism, engine, cpu_budget)
+                 cpu_budget: int | None, decision_key):
+        self._pool = _Pool(job, parallelism, engine, cpu_budget, decision_key)
         self._deterministic = deterministic
         self._ready: collections.deque = collections.deque()  # (tag, outcome) to emit
         # Completion order only: tags emitted past the oldest one still pending.
@@ -485,9 +515,9 @@ class ParallelIndexIterator(_Pooled):
 
     def __init__(self, make_reader: Callable[[], Reader], parallelism: int,
                  deterministic: bool = True, engine: str = "threads",
-                 cpu_budget: int | None = None):
+                 cpu_budget: int | None = None, decision_key=None):
         job = IndexJob(make_reader)
-        super().__init__(job, parallelism, deterministic, engine, cpu_budget)
+        super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key)
         self._len = len(job.reader())
         self._low = 0  # every index below was emitted
         self._next_submit = 0
@@ -535,8 +565,9 @@ class ParallelMapIterator(_Pooled):
 
     def __init__(self, input_iterator: Iterator, fn: Callable[[Any, int], Any],
                  parallelism: int, deterministic: bool = True, engine: str = "threads",
-                 cpu_budget: int | None = None):
-        super().__init__(MapJob(fn), parallelism, deterministic, engine, cpu_budget)
+                 cpu_budget: int | None = None, decision_key=None):
+        super().__init__(MapJob(fn), parallelism, deterministic, engine, cpu_budget,
+                         decision_key)
         self._input = input_iterator
         self._position = 0  # of the next element to pull
         self._exhausted = False

@@ -55,7 +55,7 @@ class _Worker:
     on its result pipe, which it holds until it exits.
     """
 
-    def __init__(self, index: int, job_bytes: bytes):
+    def __init__(self, index: int, job_segment: worker_module.Segment):
         task_reader, task_writer = os.pipe()
         result_reader, result_writer = os.pipe()
         try:
@@ -73,7 +73,9 @@ class _Worker:
         self.outstanding = 0
         self.segment_names: set[str] = set()
         self.alive = True
-        self.tasks.send_bytes(job_bytes)
+        # Where to read the job: a segment, not the pipe (a pipe moves a
+        # job of many megabytes, e.g. an in-memory dataset, far slower).
+        self.tasks.send_bytes(cloudpickle.dumps(job_segment.name))
 
     def stop(self) -> None:
         """Closes its task pipe and waits for its exit; terminates, then kills, a slow one."""
@@ -102,8 +104,8 @@ def _wait_for_eof(conn: Connection, timeout: float) -> bool:
 class _Shared:
     """What the collector thread and the finalizer need; never refers to the executor."""
 
-    def __init__(self, job_bytes: bytes):
-        self.job_bytes = job_bytes
+    def __init__(self, job_segment: worker_module.Segment):
+        self.job_segment = job_segment
         self.lock = threading.Lock()
         self.freed = threading.Condition(self.lock)  # a worker's task slot came free
         self.workers: list[_Worker] = []
@@ -217,6 +219,8 @@ class _Shared:
         for segment in self.segments.values():
             segment.close()
         self.segments.clear()
+        self.job_segment.close()
+        self.job_segment.unlink()
         if not self.collector.is_alive():
             self.wake_r.close()
             self.wake_w.close()
@@ -229,6 +233,16 @@ def _send_quietly(conn, message) -> None:
         conn.send(message)
     except OSError:
         pass
+
+
+_job_serial = itertools.count()
+
+
+def _job_segment(job_bytes: bytes) -> worker_module.Segment:
+    name = worker_module.segment_name(os.getpid(), "job", next(_job_serial))
+    segment = worker_module.Segment(name, max(1, len(job_bytes)))
+    segment.buf[:len(job_bytes)] = job_bytes
+    return segment
 
 
 _live: weakref.WeakSet = weakref.WeakSet()
@@ -253,7 +267,7 @@ class ProcessExecutor:
     """
 
     def __init__(self, job, workers: int):
-        self._shared = _Shared(cloudpickle.dumps(job))
+        self._shared = _Shared(_job_segment(cloudpickle.dumps(job)))
         self._ids = itertools.count()
         self._active = 0
         self._finalizer = weakref.finalize(self, self._shared.shutdown)
@@ -269,7 +283,7 @@ class ProcessExecutor:
         shared = self._shared
         with shared.lock:
             while len(shared.workers) < workers:
-                shared.workers.append(_Worker(len(shared.workers), shared.job_bytes))
+                shared.workers.append(_Worker(len(shared.workers), shared.job_segment))
         self._active = max(1, workers)
         _send_quietly(shared.wake_w, None)  # the collector watches the new workers
 
@@ -313,7 +327,7 @@ class ProcessExecutor:
             return
         for i, w in enumerate(shared.workers[:self._active]):
             if not w.alive:
-                shared.workers[i] = _Worker(i, shared.job_bytes)
+                shared.workers[i] = _Worker(i, shared.job_segment)
                 _send_quietly(shared.wake_w, None)
 
     def pids(self) -> list[int]:

@@ -157,6 +157,14 @@ def _sendable(outcome):
             "be pytrees of NumPy arrays, NumPy scalars, bytes and str"))
 
 
+def _load_job(segment_name: str):
+    segment = Segment(segment_name)
+    try:
+        return cloudpickle.loads(segment.buf)
+    finally:
+        segment.close()
+
+
 def main(tasks, results, parent_pid: int) -> None:
     """Runs until its task pipe closes (shutdown, or the parent died) or it is terminated."""
     # Ctrl-C reaches the whole process group; the parent decides what stops.
@@ -165,7 +173,7 @@ def main(tasks, results, parent_pid: int) -> None:
     arena = _Arena(parent_pid)
     try:
         try:
-            job = cloudpickle.loads(tasks.recv_bytes())
+            job = _load_job(cloudpickle.loads(tasks.recv_bytes()))
         except (EOFError, OSError):
             return
         except BaseException:

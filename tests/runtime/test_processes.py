@@ -261,6 +261,12 @@ def test_autotune_moves_a_gil_bound_udf_to_processes():
                 break
         assert _pool(it).engine == "processes", _pool(it).engine_reason
         assert "holds the GIL" in _pool(it).engine_reason
+    # The same pipeline, even built again, starts where the measurement ended.
+    rebuilt = jdata.range(3000).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    with rebuilt.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
+        assert _pool(it).engine == "processes" and _pool(it).chooser is None
+        assert "measured by an earlier iterator" in _pool(it).engine_reason
+        assert int(next(it)["x"]) == 0
 
 
 def test_autotune_keeps_a_gil_releasing_udf_on_threads():
