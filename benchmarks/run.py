@@ -117,7 +117,7 @@ def main(argv=None) -> None:
     parser.add_argument("workloads", nargs="*", default=list(WORKLOADS),
                         help=f"which to run (default: all of {', '.join(WORKLOADS)})")
     parser.add_argument("--scale", type=float, default=1.0, help="data size multiplier")
-    parser.add_argument("--repeats", type=int, default=2,
+    parser.add_argument("--repeats", type=int, default=3,
                         help="passes per system (best kept); feed makes one")
     parser.add_argument("--systems", nargs="*", default=None, help="only these systems")
     parser.add_argument("--no-tuning", action="store_true",

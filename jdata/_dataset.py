@@ -162,7 +162,10 @@ class Dataset:
         Args:
           fn: maps an element to a new element (a pytree of NumPy values).
           num_parallel_calls: elements processed in parallel; ``None`` runs
-            sequentially, ``jdata.AUTOTUNE`` lets the runtime decide.
+            sequentially, ``jdata.AUTOTUNE`` lets the runtime decide how many
+            workers, and whether threads or worker processes (it measures
+            whether ``fn`` holds the GIL; see ``Options.engine``). ``fn`` is
+            cloudpickled for processes, so lambdas and closures work.
           deterministic: with ``False``, parallel results may come in
             completion order. ``None`` follows ``Options.deterministic``.
           vectorize: ``fn`` is traceable by JAX; run it as ``jit(vmap(fn))``
