@@ -109,6 +109,9 @@ class _Shared:
         self.lock = threading.Lock()
         self.freed = threading.Condition(self.lock)  # a worker's task slot came free
         self.workers: list[_Worker] = []
+        # Replaced dead workers: their pipes close at shutdown, not while the
+        # collector may still be waiting on them.
+        self.dead: list[_Worker] = []
         self.futures: dict[int, tuple[_Worker, cf.Future]] = {}
         self.segments: dict[str, worker_module.Segment] = {}
         self.closing = False
@@ -202,7 +205,7 @@ class _Shared:
             if self.closing:
                 return
             self.closing = True
-            workers = list(self.workers)
+            workers = self.workers + self.dead
             pending = list(self.futures.values())
             self.futures.clear()
         _send_quietly(self.wake_w, None)
@@ -327,6 +330,7 @@ class ProcessExecutor:
             return
         for i, w in enumerate(shared.workers[:self._active]):
             if not w.alive:
+                shared.dead.append(w)
                 shared.workers[i] = _Worker(i, shared.job_segment)
                 _send_quietly(shared.wake_w, None)
 
