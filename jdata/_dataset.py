@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from jdata import _fingerprint, _plan, _planner, _random
+from jdata import _fingerprint, _plan, _planner, _random, optimize
 from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 from jdata._iterator import DatasetIterator
@@ -136,16 +136,29 @@ class Dataset:
         return _fingerprint.fingerprint(self._node)
 
     def explain(self) -> str:
-        """The plan as text, output op first, with each op's cardinality.
+        """The optimized plan as text, output op first, with each op's cardinality.
+
+        Then, for each optimizer rule that fired, the plan before and after
+        it (``Options(optimize=False)`` turns the rules off).
 
         >>> import jdata
-        >>> print(jdata.range(8).batch(4).explain())
-        Plan (optimizer rules fired: none)
-        Batch(batch_size=4)  [2]
+        >>> print(jdata.range(8).map(abs).map(abs).explain())
+        Plan (optimizer rules fired: map_fusion)
+        Map(fn=abs.abs)  [8]
           Range(start=0, stop=8, step=1)  [8]
+        <BLANKLINE>
+        map_fusion, before:
+          Map(fn=abs)  [8]
+            Map(fn=abs)  [8]
+              Range(start=0, stop=8, step=1)  [8]
         """
-        lines = ["Plan (optimizer rules fired: none)"]
-        lines += _explain(self._node, 0, Context(self.options))
+        ctx = Context(self.options)
+        result = optimize.optimize(self._node, self.options)
+        names = ", ".join(f.rule for f in result.fired) or "none"
+        lines = [f"Plan (optimizer rules fired: {names})"]
+        lines += _explain(result.plan, 0, ctx)
+        for fired in result.fired:
+            lines += ["", f"{fired.rule}, before:"] + _explain(fired.before, 1, ctx)
         return "\n".join(lines)
 
     def __repr__(self):

@@ -23,12 +23,14 @@ def _pipeline(scale=3):
 def test_explain_lists_every_op_with_cardinality():
     text = _pipeline().explain()
     lines = text.splitlines()
-    assert lines[0] == "Plan (optimizer rules fired: none)"
-    assert lines[1].startswith("Batch(batch_size=4)") and lines[1].endswith("[unknown]")
-    assert "RandomMap(fn=_pipeline.<locals>.<lambda>" in lines[2]
-    assert lines[3].strip().startswith("Filter(")
-    assert lines[4].strip().startswith("Map(") and lines[4].endswith("[20]")
-    assert lines[5].strip() == "Range(start=0, stop=20, step=1)  [20]"
+    assert lines[0] == "Plan (optimizer rules fired: inject_prefetch)"
+    assert lines[1].startswith("Prefetch(buffer_size=AUTOTUNE, start_synchronous=True)")
+    assert lines[2].strip().startswith("Batch(batch_size=4)") and lines[2].endswith("[unknown]")
+    assert "RandomMap(fn=_pipeline.<locals>.<lambda>" in lines[3]
+    assert lines[4].strip().startswith("Filter(")
+    assert lines[5].strip().startswith("Map(") and lines[5].endswith("[20]")
+    assert lines[6].strip() == "Range(start=0, stop=20, step=1)  [20]"
+    assert lines[8] == "inject_prefetch, before:"  # then the plan the rule was given
 
 
 def test_nodes_are_frozen():

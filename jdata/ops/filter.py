@@ -35,7 +35,7 @@ class FilterNode(Node):
         return self.input.element_spec()
 
 
-def predicate_result(value, op: str, position: int) -> bool:
+def predicate_result(value, op: str, position: int | None) -> bool:
     """A predicate's output as a Python bool; shared with ``take_while``.
 
     Like tf.data, only scalar booleans are accepted: a truthy int or an array
@@ -48,8 +48,9 @@ def predicate_result(value, op: str, position: int) -> bool:
     described = type(value).__name__
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         described += f" of shape {tuple(value.shape)} and dtype {value.dtype}"
+    where = "an element" if position is None else f"the element at position {position}"
     raise TypeError(
-        f"{op}: the predicate returned a {described} for the element at position {position}; "
+        f"{op}: the predicate returned a {described} for {where}; "
         "it must return a scalar bool, e.g. x > 0 (use np.all(...) or np.any(...) to "
         "reduce arrays)")
 

@@ -17,6 +17,9 @@ class PrefetchNode(Node):
 
     input: Node
     buffer_size: int
+    # Set by the optimizer's injected prefetch: start synchronous, and let
+    # the autotuner give it a buffer when the consumer has work to overlap.
+    start_synchronous: bool = False
     op_name: ClassVar[str] = "prefetch"
 
     def cardinality(self) -> int:
@@ -35,6 +38,8 @@ def _iterator(node: PrefetchNode, ctx, epoch: int):
     if node.buffer_size == 0:
         return input_iterator
     size = AUTOTUNE_BUFFER if node.buffer_size == AUTOTUNE else node.buffer_size
+    if node.start_synchronous and node.buffer_size == AUTOTUNE and ctx.options.autotune:
+        size = 0
     return parallel.PrefetchIterator(input_iterator, size)
 
 

@@ -1,1 +1,73 @@
-"""Reserved for a later stage (see DESIGN.md)."""
+"""The static optimizer: rewrite rules applied to a plan before it runs.
+
+Each rule is a module with one ``Rule`` whose ``apply(plan) -> plan`` builds
+new nodes (``dataclasses.replace``) and never mutates any; a rule that finds
+nothing to do returns the plan it was given. ``optimize`` runs the rules in
+order and records which fired, with the plan before and after, for
+``Dataset.explain()``. A plan is optimized once per options and reused, so
+every iterator of a dataset runs the same optimized nodes (a ``cache``
+shares its elements between the iterators of one node).
+
+``Options(optimize=False)`` skips every rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Protocol
+
+from jdata._plan import Node
+from jdata.optimize import filter_fusion, inject_prefetch, map_fusion, noop_elimination
+
+
+class Rule(Protocol):
+    """A plan rewrite. ``name`` is what ``explain()`` reports when it fires."""
+
+    name: str
+
+    def apply(self, plan: Node, options) -> Node: ...
+
+
+# In order: removals first, so fusions see adjacent ops; the prefetch last.
+RULES: tuple[Rule, ...] = (
+    noop_elimination.NoopEliminationRule(),
+    map_fusion.MapFusionRule(),
+    filter_fusion.FilterFusionRule(),
+    inject_prefetch.InjectPrefetchRule(),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fired:
+    """One rule that changed the plan."""
+
+    rule: str
+    before: Node
+    after: Node
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimized:
+    plan: Node
+    fired: tuple[Fired, ...]
+
+
+_DONE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def optimize(plan: Node, options) -> Optimized:
+    """The plan after every rule (none if ``options.optimize`` is false), memoized."""
+    if not options.optimize:
+        return Optimized(plan, ())
+    done = _DONE.setdefault(plan, {})
+    key = (options.autotune, options.deterministic)  # what rules may read
+    if key not in done:
+        fired, current = [], plan
+        for rule in RULES:
+            rewritten = rule.apply(current, options)
+            if rewritten is not current:
+                fired.append(Fired(rule.name, current, rewritten))
+                current = rewritten
+        done[key] = Optimized(current, tuple(fired))
+    return done[key]

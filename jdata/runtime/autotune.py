@@ -86,7 +86,7 @@ class _Stage:
     def capacity(self, parallelism: int, buffer: int) -> int:
         if self.stats.kind == "workers":  # chunks in flight, as elements
             return max(1, buffer * parallelism)
-        return max(1, buffer)
+        return buffer  # 0: a synchronous prefetch, whose consumer always waits
 
     def wait(self, parallelism: int, buffer: int) -> float:
         produce = self.work / parallelism
@@ -95,6 +95,11 @@ class _Stage:
 
     def bytes(self, parallelism: int, buffer: int) -> float:
         return self.capacity(parallelism, buffer) * self.stats.bytes_per_element
+
+
+def _smallest_buffer(stage: _Stage) -> int:
+    # A prefetch that has not started its thread may stay synchronous (0).
+    return 0 if stage.stats.kind == "prefetch" and stage.buffer == 0 else 1
 
 
 def _cost(stages: list[_Stage], setting: dict[int, tuple[int, int]]) -> float:
@@ -216,7 +221,8 @@ class Autotuner:
     def _search(self, stages: list[_Stage]) -> dict[int, tuple[int, int]]:
         """Hill climbing over the tuned knobs from their smallest values."""
         knobs = {id(s): (1 if s.stats.tune_parallelism else s.parallelism,
-                         1 if s.stats.tune_buffer else s.buffer) for s in stages}
+                         _smallest_buffer(s) if s.stats.tune_buffer else s.buffer)
+                 for s in stages}
 
         def resources(setting):
             cpu = sum(setting[id(s)][0] for s in stages if s.stats.kind == "workers")
@@ -231,7 +237,7 @@ class Autotuner:
                 if s.stats.tune_parallelism:
                     candidates.append({**knobs, id(s): (parallelism + 1, buffer)})
                 if s.stats.tune_buffer and buffer < _MAX_BUFFER:
-                    candidates.append({**knobs, id(s): (parallelism, 2 * buffer)})
+                    candidates.append({**knobs, id(s): (parallelism, max(1, 2 * buffer))})
             feasible = []
             for c in candidates:
                 cpu, ram = resources(c)

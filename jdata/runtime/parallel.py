@@ -355,14 +355,15 @@ class _Pool:
         decision = self.chooser.record(timing, waited, self.parallelism)
         if decision is None:
             return
-        engine, self.engine_reason = decision
-        self.stats.engine, self.stats.engine_reason = engine, self.engine_reason
-        self.chooser = None
+        engine, reason = decision
         if engine == "processes":
             old, self._executor = self._executor, self._start("processes")
             old.shutdown()  # its chunks in flight still finish and are taken in order
-            self.engine = engine
             self.sizer = _ChunkSizer(_chunk_target(engine))
+        # Published last (other threads read them: stats, tests): no half-made decision shows.
+        self.engine, self.engine_reason = engine, reason
+        self.stats.engine, self.stats.engine_reason = engine, reason
+        self.chooser = None
 
     def cancel(self) -> None:
         for _, future in self.inflight:
@@ -648,6 +649,11 @@ class PrefetchIterator(Tunable):
     the producer appends an element while still holding the input lock, so
     ``get_state`` (which takes both) never sees an element that has left the
     input but not reached the buffer.
+
+    A ``buffer_size`` of 0 pulls synchronously, on the consumer's thread,
+    until the autotuner gives it a buffer (see ``InjectPrefetchRule``): a
+    thread handoff only pays when the consumer has work of its own to
+    overlap.
     """
 
     def __init__(self, input_iterator: Iterator, buffer_size: int):
@@ -662,8 +668,23 @@ class PrefetchIterator(Tunable):
 
     def set_buffer_size(self, buffer_size: int) -> None:
         with self._cond:
+            # Once a producer thread runs, a buffer stays (at least 1).
+            if self._thread is not None:
+                buffer_size = max(1, buffer_size)
             self._buffer_size = self.stats.buffer_size = buffer_size
             self._cond.notify_all()
+
+    def _next_synchronously(self):
+        stats = self.stats
+        start = time.perf_counter()
+        try:
+            return next(self._input)
+        finally:
+            busy = time.perf_counter() - start
+            # The consumer waits for the whole pull: to the model, a buffer of 0.
+            stats.busy_sec += busy
+            stats.wait_sec += busy
+            stats.elements += 1
 
     def _start(self) -> None:
         self._stop = False
@@ -701,6 +722,8 @@ class PrefetchIterator(Tunable):
 
     def __next__(self):
         if self._thread is None:
+            if self._buffer_size == 0:
+                return self._next_synchronously()
             self._start()
         with self._cond:
             if not self._buffer:

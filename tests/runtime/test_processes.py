@@ -45,7 +45,10 @@ def _wait_until(condition, what: str) -> None:
 
 
 def _pool(it: jdata.DatasetIterator) -> parallel._Pool:
-    return it._root._pool
+    stage = it._root
+    while not hasattr(stage, "_pool"):  # under the prefetch the optimizer adds
+        stage = stage._input
+    return stage._pool
 
 
 def _python_work(x):

@@ -1,0 +1,43 @@
+"""Adds ``prefetch(AUTOTUNE)`` at the output, as tf.data does, for the autotuner to use.
+
+With a buffer, the last stage runs on a background thread while the
+training step runs. But a handoff between Python threads costs more than
+many cheap pipelines take per batch, and pays only when the consumer has
+work of its own: so the injected prefetch starts synchronous (buffer 0)
+and the autotuner's model gives it a buffer once the measured consumer
+time makes that worth it. The rule fires only for plans that produce
+batches or run parallel work, and only with ``Options(autotune=True)``; a
+plan already ending in ``prefetch`` is left alone.
+"""
+
+from __future__ import annotations
+
+from jdata._constants import AUTOTUNE
+from jdata._plan import Node, walk
+from jdata.ops.options import OptionsNode
+from jdata.ops.prefetch import PrefetchNode
+
+_BATCHING_OPS = frozenset({"batch", "padded_batch", "rebatch", "bucket_by_sequence_length"})
+
+
+def _worth_it(plan: Node) -> bool:
+    for node in walk(plan):
+        if node.op_name in _BATCHING_OPS or getattr(node, "num_parallel_calls", None):
+            return True
+    return False
+
+
+def _output(plan: Node) -> Node:
+    while isinstance(plan, OptionsNode):
+        plan = plan.input
+    return plan
+
+
+class InjectPrefetchRule:
+    name = "inject_prefetch"
+
+    def apply(self, plan: Node, options) -> Node:
+        if (not options.autotune or isinstance(_output(plan), PrefetchNode)
+                or not _worth_it(plan)):
+            return plan
+        return PrefetchNode(plan, AUTOTUNE, start_synchronous=True)

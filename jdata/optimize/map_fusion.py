@@ -1,0 +1,54 @@
+"""Fuses ``map(f).map(g)`` into ``map(g . f)``: one UDF call per element instead of two.
+
+The fused function unpacks ``f``'s tuple outputs for ``g`` and normalizes
+them exactly as the first map would, and lets exceptions through
+unwrapped, so the fused map reports ``UDFError("map", position)`` with the
+original exception, as either map would have (both count positions alike).
+Only maps with the same parallelism and order, neither vectorized, fuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jdata import _tree
+from jdata._plan import Node
+from jdata.ops.map import MapNode
+from jdata.optimize.rewrite import bottom_up
+
+
+class _Composed:
+    """``g(f(x))`` with the map's calling convention between them (picklable)."""
+
+    def __init__(self, f, g):
+        self.f, self.g = f, g
+        self.__qualname__ = f"{_name(g)}.{_name(f)}"
+
+    def __call__(self, *args):
+        middle = _tree.normalize(self.f(*args), "map")
+        return self.g(*middle) if type(middle) is tuple else self.g(middle)
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", type(fn).__name__)
+
+
+def fusable(outer: MapNode, inner: Node) -> bool:
+    return (type(outer) is MapNode and type(inner) is MapNode
+            and not outer.vectorize and not inner.vectorize
+            and outer.num_parallel_calls == inner.num_parallel_calls
+            and outer.deterministic == inner.deterministic)
+
+
+class MapFusionRule:
+    name = "map_fusion"
+
+    def apply(self, plan: Node, options) -> Node:
+        def fuse(node: Node) -> Node:
+            if isinstance(node, MapNode) and fusable(node, node.input):
+                inner = node.input
+                return dataclasses.replace(node, input=inner.input,
+                                           fn=_Composed(inner.fn, node.fn))
+            return node
+
+        return bottom_up(plan, fuse)

@@ -1,0 +1,46 @@
+"""Helpers rules share: rebuilding a node over new inputs, bottom-up rewrites."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from jdata._plan import Node
+
+
+def with_inputs(node: Node, rewrite: Callable[[Node], Node]) -> Node:
+    """``node`` with ``rewrite`` applied to each input; ``node`` itself if none changed."""
+    changes = {}
+    for field in dataclasses.fields(node):
+        value = getattr(node, field.name)
+        if isinstance(value, Node):
+            new = rewrite(value)
+        elif isinstance(value, (tuple, list)) and any(isinstance(v, Node) for v in value):
+            new = type(value)(rewrite(v) if isinstance(v, Node) else v for v in value)
+        elif isinstance(value, dict) and any(isinstance(v, Node) for v in value.values()):
+            new = {k: rewrite(v) if isinstance(v, Node) else v for k, v in value.items()}
+        else:
+            continue
+        if _changed(value, new):
+            changes[field.name] = new
+    return dataclasses.replace(node, **changes) if changes else node
+
+
+def _changed(old, new) -> bool:
+    if isinstance(old, Node):
+        return old is not new
+    values = old.values() if isinstance(old, dict) else old
+    new_values = new.values() if isinstance(new, dict) else new
+    return any(a is not b for a, b in zip(values, new_values))
+
+
+def bottom_up(plan: Node, rewrite: Callable[[Node], Node]) -> Node:
+    """Applies ``rewrite`` to every node, inputs first; unchanged subtrees stay the same objects.
+
+    Unchanged nodes keep their identity, so a rule that fires nowhere
+    returns ``plan`` itself.
+    """
+    def visit(node: Node) -> Node:
+        return rewrite(with_inputs(node, visit))
+
+    return visit(plan)

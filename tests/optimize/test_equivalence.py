@@ -1,0 +1,81 @@
+"""Randomized pipelines give the same elements with the optimizer on and off."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jdata
+from tests.helpers import assert_same_sequence, materialize
+from tests.test_restore_fuzz import build, recipes
+
+OFF = jdata.Options(optimize=False)
+
+
+def _run(ds: jdata.Dataset, limit: int = 60):
+    """The elements up to the first error, and that error's type and op."""
+    out = []
+    try:
+        for element in ds:
+            out.append(materialize(element))
+            if len(out) >= limit:
+                break
+    except jdata.UDFError as e:
+        return out, (type(e).__name__, e.op)
+    except (ValueError, TypeError) as e:
+        return out, (type(e).__name__, None)
+    return out, None
+
+
+@settings(max_examples=60, derandomize=True, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(recipes())
+def test_outputs_with_and_without_the_optimizer_agree(recipe):
+    on = _run(build(recipe))
+    off = _run(build(recipe).with_options(OFF))
+    assert_same_sequence(on[0], off[0])
+    assert on[1] == off[1]
+
+
+def _affine(a, b):
+    return lambda x: x * a + b
+
+
+def _modulo(m, r):
+    return lambda x: x % m != r
+
+
+_CHAIN_OPS = {
+    "map": lambda ds, a, b: ds.map(_affine(a % 3 + 1, b)),
+    "parallel_map": lambda ds, a, b: ds.map(_affine(a % 3 + 1, b), num_parallel_calls=2),
+    "filter": lambda ds, a, b: ds.filter(_modulo(a % 4 + 2, b % 2)),
+    "noop": lambda ds, a, b: [ds.take(-1), ds.skip(0), ds.repeat(1), ds.prefetch(0)][a % 4],
+    "batch": lambda ds, a, b: ds.batch(a % 4 + 1).map(lambda x: x.sum()),
+    "take": lambda ds, a, b: ds.take(a + 5),
+}
+
+
+@st.composite
+def _chains(draw):
+    steps = draw(st.lists(st.tuples(st.sampled_from(sorted(_CHAIN_OPS)),
+                                    st.integers(0, 9), st.integers(0, 9)),
+                          min_size=1, max_size=6))
+    return draw(st.integers(0, 40)), steps
+
+
+def _build_chain(chain) -> jdata.Dataset:
+    n, steps = chain
+    ds = jdata.range(n)
+    for name, a, b in steps:
+        ds = _CHAIN_OPS[name](ds, a, b)
+    return ds
+
+
+@settings(max_examples=80, derandomize=True, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(_chains())
+def test_chains_of_fusable_ops_agree_with_and_without_the_optimizer(chain):
+    on = _run(_build_chain(chain))
+    off = _run(_build_chain(chain).with_options(OFF))
+    assert_same_sequence(on[0], off[0])
+    assert on[1] == off[1]

@@ -1,0 +1,149 @@
+"""Each optimizer rule: the plan it builds, and the same outputs with it on and off."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import jdata
+from jdata import optimize
+from jdata.ops.filter import FilterNode
+from jdata.ops.map import MapNode
+from jdata.ops.prefetch import PrefetchNode
+from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+
+OFF = jdata.Options(optimize=False)
+
+
+def _optimized(ds: jdata.Dataset):
+    return optimize.optimize(ds._node, ds.options)
+
+
+def _ops(node) -> list[str]:
+    out = []
+    while True:
+        out.append(node.op_name)
+        if not node.inputs():
+            return out
+        node = node.inputs()[0]
+
+
+def _same_with_and_without(ds: jdata.Dataset) -> list:
+    on = take_list(ds)
+    assert_same_sequence(on, take_list(ds.with_options(OFF)))
+    return on
+
+
+@pytest.mark.parametrize("make", [
+    lambda ds: ds.take(-1), lambda ds: ds.skip(0), lambda ds: ds.repeat(1),
+    lambda ds: ds.prefetch(0)])
+def test_noop_elimination_removes_ops_that_change_nothing(make):
+    ds = make(jdata.range(10).map(lambda x: x + 1))
+    result = _optimized(ds)
+    assert _ops(result.plan) == ["map", "range"]
+    assert [f.rule for f in result.fired] == ["noop_elimination"]
+    _same_with_and_without(ds)
+
+
+def test_noop_elimination_keeps_ops_that_do_something():
+    ds = jdata.range(10).take(3).skip(1).repeat(2)
+    assert _optimized(ds).fired == ()
+    assert [int(x) for x in _same_with_and_without(ds)] == [1, 2, 1, 2]
+
+
+def test_map_fusion_makes_one_map_with_the_same_outputs_and_state():
+    ds = (jdata.range(12).map(lambda x: (x, x * 2)).map(lambda a, b: {"a": a, "b": b + 1})
+          .map(lambda d: d["a"] + d["b"]))
+    result = _optimized(ds)
+    assert _ops(result.plan) == ["map", "range"]
+    assert [f.rule for f in result.fired] == ["map_fusion"]
+    expected = [x + 2 * x + 1 for x in range(12)]
+    assert [int(x) for x in _same_with_and_without(ds)] == expected
+    check_restore_at_every_step(ds)
+
+
+def test_map_fusion_reports_errors_like_the_unfused_maps():
+    def fail_on_4(x):
+        if x == 4:
+            raise ValueError("four")
+        return x
+
+    for ds in (jdata.range(8).map(fail_on_4).map(lambda x: x + 1),
+               jdata.range(8).map(lambda x: x + 1).map(fail_on_4)):
+        errors = []
+        for variant in (ds, ds.with_options(OFF)):
+            with pytest.raises(jdata.UDFError) as info:
+                list(variant)
+            errors.append((info.value.op, info.value.position, type(info.value.__cause__)))
+        assert errors[0] == errors[1]
+        assert _same_with_and_without(ds.ignore_errors())
+
+
+def test_map_fusion_leaves_maps_that_differ_in_parallelism_or_vectorize():
+    different = jdata.range(4).map(abs, num_parallel_calls=2).map(abs)
+    assert "map_fusion" not in [f.rule for f in _optimized(different).fired]
+    parallel = jdata.range(40).map(lambda x: x * 3, num_parallel_calls=2).map(
+        lambda x: x - 1, num_parallel_calls=2)
+    assert "map_fusion" in [f.rule for f in _optimized(parallel).fired]
+    _same_with_and_without(parallel)
+
+
+def test_filter_fusion_makes_one_filter_with_the_same_outputs():
+    ds = jdata.range(30).filter(lambda x: x % 2 == 0).filter(lambda x: x % 3 == 0)
+    result = _optimized(ds)
+    assert _ops(result.plan) == ["filter", "range"]
+    assert isinstance(result.plan, FilterNode)
+    assert [int(x) for x in _same_with_and_without(ds)] == [0, 6, 12, 18, 24]
+    check_restore_at_every_step(ds)
+
+
+def test_filter_fusion_checks_the_first_predicate_result():
+    ds = jdata.range(3).filter(lambda x: x).filter(lambda x: x > 0)  # an int, not a bool
+    with pytest.raises(jdata.UDFError, match="predicate returned a int64"):
+        list(ds)
+
+
+def test_inject_prefetch_only_for_batches_or_parallel_work():
+    batched = jdata.range(10).batch(2)
+    plan = _optimized(batched).plan
+    assert isinstance(plan, PrefetchNode) and plan.start_synchronous
+    assert _optimized(jdata.range(10).map(abs)).fired == ()
+    assert _optimized(batched.prefetch(3)).fired == ()
+    assert _optimized(batched.with_options(jdata.Options(autotune=False))).fired == ()
+    _same_with_and_without(batched)
+
+
+def _busy(x):
+    total = 0
+    for i in range(300):
+        total += i
+    return x
+
+
+def test_the_injected_prefetch_gets_a_buffer_when_the_consumer_has_work():
+    with jdata.range(4000).map(_busy).batch(32).iterator() as it:
+        batches = 0
+        for _ in it:
+            time.sleep(0.002)  # the training step, which releases the GIL
+            batches += 1
+        prefetch = it.stats().rows[0]
+    assert batches == 125
+    assert prefetch["stage"].startswith("Prefetch(") and prefetch["buffer_size"] > 0
+
+
+def test_the_injected_prefetch_stays_synchronous_for_an_idle_consumer():
+    with jdata.range(20_000).map(_busy).batch(32).iterator() as it:
+        total = sum(int(np.sum(b)) for b in it)
+        prefetch = it.stats().rows[0]
+    assert total == sum(range(20_000))
+    assert prefetch["buffer_size"] == 0  # a thread handoff would only cost
+
+
+def test_optimize_false_and_explain():
+    ds = jdata.range(6).map(abs).map(abs)
+    assert "map_fusion" in ds.explain()
+    off = ds.with_options(OFF)
+    assert off.explain().splitlines()[0] == "Plan (optimizer rules fired: none)"
+    assert isinstance(_optimized(off).plan.input, MapNode)
