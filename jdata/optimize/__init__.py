@@ -18,7 +18,8 @@ import weakref
 from typing import Protocol
 
 from jdata._plan import Node
-from jdata.optimize import filter_fusion, inject_prefetch, map_fusion, noop_elimination
+from jdata.optimize import (filter_fusion, inject_prefetch, map_fusion, noop_elimination,
+                            pushdown)
 
 
 class Rule(Protocol):
@@ -32,6 +33,7 @@ class Rule(Protocol):
 # In order: removals first, so fusions see adjacent ops; the prefetch last.
 RULES: tuple[Rule, ...] = (
     noop_elimination.NoopEliminationRule(),
+    pushdown.PushdownRule(),
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),
     inject_prefetch.InjectPrefetchRule(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +53,8 @@ _CHAIN_OPS = {
     "noop": lambda ds, a, b: [ds.take(-1), ds.skip(0), ds.repeat(1), ds.prefetch(0)][a % 4],
     "batch": lambda ds, a, b: ds.batch(a % 4 + 1).map(lambda x: x.sum()),
     "take": lambda ds, a, b: ds.take(a + 5),
+    "skip": lambda ds, a, b: ds.skip(a),
+    "shard": lambda ds, a, b: ds.shard(a % 3 + 1, b % (a % 3 + 1)),
 }
 
 
@@ -60,12 +63,15 @@ def _chains(draw):
     steps = draw(st.lists(st.tuples(st.sampled_from(sorted(_CHAIN_OPS)),
                                     st.integers(0, 9), st.integers(0, 9)),
                           min_size=1, max_size=6))
-    return draw(st.integers(0, 40)), steps
+    return draw(st.integers(0, 40)), draw(st.booleans()), steps
 
 
 def _build_chain(chain) -> jdata.Dataset:
-    n, steps = chain
+    n, generated, steps = chain
     ds = jdata.range(n)
+    if generated:  # a sequential source, where pushdowns apply
+        ds = jdata.from_generator(lambda: iter(range(n)),
+                                  output_signature=jdata.TensorSpec((), np.int64))
     for name, a, b in steps:
         ds = _CHAIN_OPS[name](ds, a, b)
     return ds

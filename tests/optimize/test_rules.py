@@ -147,3 +147,41 @@ def test_optimize_false_and_explain():
     off = ds.with_options(OFF)
     assert off.explain().splitlines()[0] == "Plan (optimizer rules fired: none)"
     assert isinstance(_optimized(off).plan.input, MapNode)
+
+
+def _generated(n: int) -> jdata.Dataset:
+    return jdata.from_generator(lambda: iter(range(n)),
+                                output_signature=jdata.TensorSpec((), np.int64))
+
+
+def test_shard_and_skip_move_below_maps_of_sequential_inputs():
+    calls = []
+
+    def counted(x):
+        calls.append(int(x))
+        return x * 10
+
+    ds = _generated(20).map(counted).map(lambda x: x + 1).skip(3).shard(4, 1)
+    result = _optimized(ds)
+    assert _ops(result.plan) == ["map", "shard", "skip", "from_generator"]  # maps fused
+    assert "shard_skip_pushdown" in [f.rule for f in result.fired]
+    expected = [x * 10 + 1 for x in range(20)][3:][1::4]
+    assert [int(x) for x in take_list(ds)] == expected
+    assert sorted(calls) == [x for x in range(20)][3:][1::4]  # dropped ones never mapped
+    calls.clear()
+    assert [int(x) for x in take_list(ds.with_options(OFF))] == expected
+    assert len(calls) == 20  # unoptimized: every element mapped, most dropped
+
+
+def test_pushdown_leaves_random_access_inputs_and_random_maps_alone():
+    assert "shard_skip_pushdown" not in [
+        f.rule for f in _optimized(jdata.range(20).map(abs).shard(2, 0)).fired]
+    keyed = _generated(20).random_map(lambda x, k: x + k[0] % 3, jax_key()).shard(2, 0)
+    assert "shard_skip_pushdown" not in [f.rule for f in _optimized(keyed).fired]
+    _same_with_and_without(keyed)
+
+
+def jax_key():
+    import jax
+
+    return jax.random.key(0)

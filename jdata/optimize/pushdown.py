@@ -1,0 +1,36 @@
+"""Pushes ``shard`` and ``skip`` below ``map``s toward the source, so dropped elements are
+never mapped.
+
+Over a random-access input the reader already computes only the elements
+it serves, so the rule rewrites only sequential inputs (a generator, a
+filter...), where ``map(f).shard(n, i)`` would compute ``f`` on every
+element and drop ``n - 1`` of each ``n``. ``map`` computes each element
+from that element alone, so the outputs are the same; a ``UDFError``
+then reports the element's position in the smaller stream. ``random_map``
+is not crossed: its keys depend on positions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jdata._plan import Node
+from jdata.ops.map import MapNode
+from jdata.ops.shard import ShardNode
+from jdata.ops.skip import SkipNode
+from jdata.optimize.rewrite import bottom_up
+
+
+def _push(node: Node) -> Node:
+    below = node.input
+    if type(below) is not MapNode or below.input.random_access():
+        return node
+    return dataclasses.replace(below, input=_push(dataclasses.replace(node, input=below.input)))
+
+
+class PushdownRule:
+    name = "shard_skip_pushdown"
+
+    def apply(self, plan: Node, options) -> Node:
+        return bottom_up(plan, lambda node: _push(node)
+                         if isinstance(node, (ShardNode, SkipNode)) else node)
