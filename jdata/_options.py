@@ -20,6 +20,9 @@ class Options:
       autotune: let the runtime tune parallelism and buffer sizes.
       cpu_budget: cores the pipeline may use (``None``: the usable cores).
       ram_budget: bytes the pipeline may buffer (``None``: half the available memory).
+      auto_vectorize: let the optimizer run ``map`` UDFs that JAX can trace as
+        ``jit(vmap(fn))`` over blocks, when tracing shows the same output
+        shapes and dtypes as running them element by element.
       engine: where parallel ``map``/``random_map`` work runs: ``"auto"`` (threads,
         except that ops with ``num_parallel_calls=AUTOTUNE`` measure whether their
         UDF releases the GIL and move to worker processes if it does not),
@@ -42,11 +45,13 @@ class Options:
     cpu_budget: int | None = None
     ram_budget: int | None = None
     engine: str = "auto"
+    auto_vectorize: bool = False
 
     def __init__(self, *, deterministic=_UNSET, optimize=_UNSET, autotune=_UNSET,
-                 cpu_budget=_UNSET, ram_budget=_UNSET, engine=_UNSET):
+                 cpu_budget=_UNSET, ram_budget=_UNSET, engine=_UNSET, auto_vectorize=_UNSET):
         given = {"deterministic": deterministic, "optimize": optimize, "autotune": autotune,
-                 "cpu_budget": cpu_budget, "ram_budget": ram_budget, "engine": engine}
+                 "cpu_budget": cpu_budget, "ram_budget": ram_budget, "engine": engine,
+                 "auto_vectorize": auto_vectorize}
         given = {name: value for name, value in given.items() if value is not _UNSET}
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, given.get(field.name, field.default))
@@ -55,7 +60,7 @@ class Options:
         self._validate()
 
     def _validate(self) -> None:
-        for name in ("deterministic", "optimize", "autotune"):
+        for name in ("deterministic", "optimize", "autotune", "auto_vectorize"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"Options.{name}={value!r} must be True or False")

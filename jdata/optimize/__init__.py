@@ -18,8 +18,8 @@ import weakref
 from typing import Protocol
 
 from jdata._plan import Node
-from jdata.optimize import (filter_fusion, inject_prefetch, map_fusion, noop_elimination,
-                            pushdown)
+from jdata.optimize import (auto_vectorize, filter_fusion, inject_prefetch, map_fusion,
+                            noop_elimination, pushdown)
 
 
 class Rule(Protocol):
@@ -34,6 +34,7 @@ class Rule(Protocol):
 RULES: tuple[Rule, ...] = (
     noop_elimination.NoopEliminationRule(),
     pushdown.PushdownRule(),
+    auto_vectorize.AutoVectorizeRule(),  # before fusion: vectorized maps fuse together
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),
     inject_prefetch.InjectPrefetchRule(),
@@ -63,7 +64,7 @@ def optimize(plan: Node, options) -> Optimized:
     if not options.optimize:
         return Optimized(plan, ())
     done = _DONE.setdefault(plan, {})
-    key = (options.autotune, options.deterministic)  # what rules may read
+    key = (options.autotune, options.deterministic, options.auto_vectorize)  # what rules read
     if key not in done:
         fired, current = [], plan
         for rule in RULES:

@@ -84,6 +84,8 @@ def test_map_fusion_reports_errors_like_the_unfused_maps():
 def test_map_fusion_leaves_maps_that_differ_in_parallelism_or_vectorize():
     different = jdata.range(4).map(abs, num_parallel_calls=2).map(abs)
     assert "map_fusion" not in [f.rule for f in _optimized(different).fired]
+    mixed = jdata.range(4).map(abs, vectorize=True).map(abs)
+    assert "map_fusion" not in [f.rule for f in _optimized(mixed).fired]
     parallel = jdata.range(40).map(lambda x: x * 3, num_parallel_calls=2).map(
         lambda x: x - 1, num_parallel_calls=2)
     assert "map_fusion" in [f.rule for f in _optimized(parallel).fired]
@@ -185,3 +187,53 @@ def jax_key():
     import jax
 
     return jax.random.key(0)
+
+
+def test_vectorized_maps_fuse_into_one_jitted_function():
+    import jax.numpy as jnp
+
+    images = np.arange(100 * 6, dtype=np.float32).reshape(100, 2, 3)
+    ds = (jdata.from_tensor_slices(images).map(lambda x: (x * 2.0, x.sum()), vectorize=True)
+          .map(lambda x, s: jnp.tanh(x / 100.0) + s, vectorize=True).batch(16))
+    result = _optimized(ds)
+    fused = result.plan.input.input  # under the injected prefetch and the batch
+    assert isinstance(fused, MapNode) and fused.vectorize
+    assert _ops(result.plan) == ["prefetch", "batch", "map", "from_tensor_slices"]
+    on, off = take_list(ds), take_list(ds.with_options(OFF))
+    assert len(on) == len(off) == 7
+    for a, b in zip(on, off):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+AUTO = jdata.Options(auto_vectorize=True)
+
+
+def test_auto_vectorize_vectorizes_udfs_that_trace_to_the_same_outputs():
+    import jax.numpy as jnp
+
+    images = np.random.default_rng(0).random((70, 4, 4), dtype=np.float32)
+    ds = (jdata.from_tensor_slices(images).map(lambda x: jnp.flip(x, 0) * 2.0 + 1.0)
+          .batch(8).with_options(AUTO))
+    result = _optimized(ds)
+    assert "auto_vectorize" in [f.rule for f in result.fired]
+    assert any(isinstance(n, MapNode) and n.vectorize for n in _walk(result.plan))
+    on, off = take_list(ds), take_list(ds.with_options(OFF))
+    for a, b in zip(on, off, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def _walk(node):
+    yield node
+    for child in node.inputs():
+        yield from _walk(child)
+
+
+def test_auto_vectorize_leaves_udfs_that_do_not_trace_or_change_dtypes():
+    untraceable = jdata.range(10).map(lambda x: x + 1 if x > 3 else x).with_options(AUTO)
+    int64_math = jdata.range(10).map(lambda x: x * 2).with_options(AUTO)  # JAX: int32
+    strings = jdata.from_tensor_slices(np.array([b"a", b"b"])).map(lambda s: s).with_options(AUTO)
+    for ds in (untraceable, int64_math, strings):
+        assert "auto_vectorize" not in [f.rule for f in _optimized(ds).fired]
+        _same_with_and_without(ds)
+    assert "auto_vectorize" not in [f.rule for f in _optimized(
+        jdata.range(10).map(lambda x: x * 2.0)).fired]  # off by default
