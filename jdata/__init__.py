@@ -4,6 +4,7 @@ from jdata._constants import AUTOTUNE as AUTOTUNE
 from jdata._constants import INFINITE as INFINITE
 from jdata._constants import UNKNOWN as UNKNOWN
 from jdata._dataset import Dataset as Dataset
+from jdata._declare import declare as declare
 from jdata._errors import UDFError as UDFError
 from jdata._iterator import DatasetIterator as DatasetIterator
 from jdata._options import Options as Options

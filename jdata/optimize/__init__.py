@@ -19,7 +19,7 @@ from typing import Protocol
 
 from jdata._plan import Node
 from jdata.optimize import (auto_vectorize, filter_fusion, inject_prefetch, map_fusion,
-                            noop_elimination, pushdown)
+                            noop_elimination, pushdown, reorder)
 
 
 class Rule(Protocol):
@@ -34,6 +34,7 @@ class Rule(Protocol):
 RULES: tuple[Rule, ...] = (
     noop_elimination.NoopEliminationRule(),
     pushdown.PushdownRule(),
+    reorder.ReorderRule(),  # before fusion, which would hide the declarations
     auto_vectorize.AutoVectorizeRule(),  # before fusion: vectorized maps fuse together
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),

@@ -1,0 +1,95 @@
+"""Cedar's reordering, driven by what UDFs declare (``jdata.declare``) and by their specs.
+
+- A *selection* that shrinks the element (a crop: fewer bytes out than in,
+  by the element specs found on the first elements) moves before the
+  *pointwise* maps it follows, so they compute on the crop only (e.g. crop
+  before float conversion). Pointwise maps keep shapes and compute each
+  value alone, so the result is the same; the selection reads the same
+  positions and, in a ``random_map``, the same keys (maps keep positions).
+- A ``filter`` whose declared ``reads`` a preceding ``map`` does not
+  ``write`` (for dict elements) moves before it, so the map runs only on
+  the elements kept; the filter sees the same field values.
+
+Only plain ``map``s are crossed (a ``random_map``'s keys follow positions,
+which a filter changes). A UDFError then reports the position in the
+reordered stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jdata import _tree
+from jdata._declare import traits_of
+from jdata._plan import Node
+from jdata._spec import TensorSpec
+from jdata.ops.filter import FilterNode
+from jdata.ops.map import MapNode
+from jdata.ops.random_map import RandomMapNode
+from jdata.optimize.rewrite import bottom_up
+
+
+def _spec_bytes(node: Node) -> int | None:
+    try:
+        leaves = _tree.leaves(node.element_spec())
+    except Exception:  # a spec that cannot be found: no evidence, no move
+        return None
+    total = 0
+    for leaf in leaves:
+        if not isinstance(leaf, TensorSpec) or None in leaf.shape:
+            return None
+        total += int(np.prod(leaf.shape)) * leaf.dtype.itemsize
+    return total
+
+
+def _pointwise_map(node: Node) -> bool:
+    traits = traits_of(getattr(node, "fn", None))
+    return type(node) is MapNode and traits is not None and traits.pointwise
+
+
+def _shrinking_selection(node: Node) -> bool:
+    traits = traits_of(getattr(node, "fn", None))
+    if type(node) not in (MapNode, RandomMapNode) or traits is None or not traits.selection:
+        return False
+    after, before = _spec_bytes(node), _spec_bytes(node.input)
+    return after is not None and before is not None and after < before
+
+
+def _filter_independent_of(filter_node: FilterNode, map_node: Node) -> bool:
+    reads = getattr(traits_of(filter_node.predicate), "reads", None)
+    writes = getattr(traits_of(getattr(map_node, "fn", None)), "writes", None)
+    return (type(map_node) is MapNode and reads is not None and writes is not None
+            and not reads & writes)
+
+
+def _sink(node: Node, below_ok) -> Node:
+    """Moves ``node`` below its input while ``below_ok(node, input)`` holds."""
+    below = node.input
+    if not below_ok(node, below):
+        return node
+    return dataclasses.replace(below, input=_sink(dataclasses.replace(node, input=below.input),
+                                                  below_ok))
+
+
+def _crop_first(node: Node, below: Node) -> bool:
+    return _pointwise_map(below)
+
+
+def _filter_first(node: Node, below: Node) -> bool:
+    return _filter_independent_of(node, below)
+
+
+class ReorderRule:
+    name = "reorder"
+
+    def apply(self, plan: Node, options) -> Node:
+        def move(node: Node) -> Node:
+            if _shrinking_selection(node) and _pointwise_map(node.input):
+                return _sink(node, _crop_first)
+            if type(node) is FilterNode and _filter_independent_of(node, node.input):
+                return _sink(node, _filter_first)
+            return node
+
+        return bottom_up(plan, move)
