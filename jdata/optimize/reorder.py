@@ -1,7 +1,8 @@
 """Cedar's reordering, driven by what UDFs declare (``jdata.declare``) and by their specs.
 
 - A *selection* that shrinks the element (a crop: fewer bytes out than in,
-  by the element specs found on the first elements) moves before the
+  by the element specs, or measured on the first elements when sizes
+  vary) moves before the
   *pointwise* maps it follows, so they compute on the crop only (e.g. crop
   before float conversion). Pointwise maps keep shapes and compute each
   value alone, so the result is the same; the selection reads the same
@@ -29,19 +30,22 @@ from jdata.ops.filter import FilterNode
 from jdata.ops.map import MapNode
 from jdata.ops.random_map import RandomMapNode
 from jdata.optimize.rewrite import bottom_up
+from jdata.runtime import probe
+from jdata.runtime.stats import element_bytes
 
 
-def _spec_bytes(node: Node) -> int | None:
+def _element_bytes(node: Node) -> float | None:
+    """Bytes per element: from the spec if its shapes are fixed, else measured on the
+    first elements (images of varied sizes); ``None`` if neither works."""
     try:
         leaves = _tree.leaves(node.element_spec())
-    except Exception:  # a spec that cannot be found: no evidence, no move
+        if all(isinstance(leaf, TensorSpec) and None not in leaf.shape for leaf in leaves):
+            return float(sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize
+                             for leaf in leaves))
+        elements = probe.first_elements(node, node.op_name)
+        return float(np.mean([element_bytes(e) for e in elements]))
+    except Exception:  # no evidence, no move
         return None
-    total = 0
-    for leaf in leaves:
-        if not isinstance(leaf, TensorSpec) or None in leaf.shape:
-            return None
-        total += int(np.prod(leaf.shape)) * leaf.dtype.itemsize
-    return total
 
 
 def _pointwise_map(node: Node) -> bool:
@@ -53,7 +57,7 @@ def _shrinking_selection(node: Node) -> bool:
     traits = traits_of(getattr(node, "fn", None))
     if type(node) not in (MapNode, RandomMapNode) or traits is None or not traits.selection:
         return False
-    after, before = _spec_bytes(node), _spec_bytes(node.input)
+    after, before = _element_bytes(node), _element_bytes(node.input)
     return after is not None and before is not None and after < before
 
 

@@ -103,3 +103,16 @@ def test_a_filter_moves_before_a_map_that_does_not_write_what_it_reads():
         jdata.declare(lambda d: d["vec"][0] > 1, reads=["vec"]))
     assert "reorder" not in [f.rule for f in optimize.optimize(overlapping._node,
                                                                 overlapping.options).fired]
+
+
+def test_built_in_image_ops_reorder_on_images_of_varied_sizes():
+    from jdata.ops import image
+
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, size=(int(h), int(w), 3), dtype=np.uint8)
+              for h, w in rng.integers(40, 80, size=(10, 2))]
+    ds = (jdata.from_source(images).map(image.to_float()).map(image.normalize(0.5, 0.25))
+          .random_map(image.random_crop(32, 32), jax.random.key(0))
+          .random_map(image.random_flip(), jax.random.key(1)))
+    assert _order(ds)[-1] == "random_crop"  # first, though written third
+    assert_same_sequence(take_list(ds), take_list(ds.with_options(OFF)))
