@@ -50,6 +50,17 @@ class Dataset:
                 f"Dataset({node!r}): build datasets with jdata.range, jdata.from_tensor_slices, "
                 "jdata.from_source and the other sources, not with the Dataset constructor")
         self._node = node
+        self._optimized: optimize.Optimized | None = None
+
+    def __getstate__(self):
+        # The plan only: the optimized plan is rebuilt where it is used.
+        return {"_node": self._node, "_optimized": None}
+
+    def _optimize(self) -> optimize.Optimized:
+        # Once per dataset: its iterators share the optimized nodes (and caches).
+        if self._optimized is None:
+            self._optimized = optimize.optimize(self._node, self.options)
+        return self._optimized
 
     # ----------------------------------------------------------------- iteration
 
@@ -66,7 +77,7 @@ class Dataset:
         >>> [int(x) for x in jdata.range(4).iterator(it.get_state())]
         [1, 2, 3]
         """
-        return DatasetIterator(self._node, Context(options=self.options), state)
+        return DatasetIterator(self._optimize().plan, Context(options=self.options), state)
 
     def __iter__(self) -> DatasetIterator:
         return self.iterator()
@@ -153,7 +164,7 @@ class Dataset:
               Range(start=0, stop=8, step=1)  [8]
         """
         ctx = Context(self.options)
-        result = optimize.optimize(self._node, self.options)
+        result = self._optimize()
         names = ", ".join(f.rule for f in result.fired) or "none"
         lines = [f"Plan (optimizer rules fired: {names})"]
         lines += _explain(result.plan, 0, ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jdata import _plan, _planner, optimize
+from jdata import _plan, _planner
 from jdata.runtime.context import Context
 
 _STATE_VERSION = 1
@@ -28,8 +28,7 @@ class DatasetIterator:
     """
 
     def __init__(self, node: _plan.Node, ctx: Context, state: dict | None = None):
-        node = optimize.optimize(node, ctx.options).plan
-        self._node = node
+        self._node = node  # already optimized (Dataset.iterator)
         self._signature = _plan.structure_signature(node)
         self._ctx = ctx
         self._root = _planner.make_iterator(node, ctx, 0)

@@ -4,9 +4,9 @@ Each rule is a module with one ``Rule`` whose ``apply(plan) -> plan`` builds
 new nodes (``dataclasses.replace``) and never mutates any; a rule that finds
 nothing to do returns the plan it was given. ``optimize`` runs the rules in
 order and records which fired, with the plan before and after, for
-``Dataset.explain()``. A plan is optimized once per options and reused, so
-every iterator of a dataset runs the same optimized nodes (a ``cache``
-shares its elements between the iterators of one node).
+``Dataset.explain()``. A ``Dataset`` optimizes its plan once and keeps the
+result, so every iterator of a dataset runs the same optimized nodes (a
+``cache`` shares its elements between the iterators of one node).
 
 ``Options(optimize=False)`` skips every rule.
 """
@@ -14,7 +14,6 @@ shares its elements between the iterators of one node).
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Protocol
 
 from jdata._plan import Node
@@ -57,21 +56,14 @@ class Optimized:
     fired: tuple[Fired, ...]
 
 
-_DONE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def optimize(plan: Node, options) -> Optimized:
-    """The plan after every rule (none if ``options.optimize`` is false), memoized."""
+    """The plan after every rule (none if ``options.optimize`` is false)."""
     if not options.optimize:
         return Optimized(plan, ())
-    done = _DONE.setdefault(plan, {})
-    key = (options.autotune, options.deterministic, options.auto_vectorize)  # what rules read
-    if key not in done:
-        fired, current = [], plan
-        for rule in RULES:
-            rewritten = rule.apply(current, options)
-            if rewritten is not current:
-                fired.append(Fired(rule.name, current, rewritten))
-                current = rewritten
-        done[key] = Optimized(current, tuple(fired))
-    return done[key]
+    fired, current = [], plan
+    for rule in RULES:
+        rewritten = rule.apply(current, options)
+        if rewritten is not current:
+            fired.append(Fired(rule.name, current, rewritten))
+            current = rewritten
+    return Optimized(current, tuple(fired))
