@@ -1,11 +1,12 @@
 """``make bench``: jdata against tf.data, grain and PyTorch on the same work, in one run.
 
-Each workload (``overhead``, ``nlp``, ``cv``, ``feed``; one module each) defines
+Each workload (``overhead``, ``nlp``, ``cv``, ``feed``, ``optimizer``; one module each) defines
 the same pipeline for every system with that system's best configuration we
 know of (each module says which). For the pipeline workloads we print items/sec
 and jdata's ratio to each peer and to the best peer; for ``feed`` (a JAX model's
 training step fed by each pipeline) steps/sec, the fraction of it spent waiting
-for input, and the ratio to an ideal pipeline. Absolute times on a shared
+for input, and the ratio to an ideal pipeline; for ``optimizer`` jdata's rewrites
+against jdata without them. Absolute times on a shared
 machine are noise; compare ratios within one run.
 """
 
@@ -14,9 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks import cv, feed, nlp, overhead
+from benchmarks import cv, feed, nlp, optimizer, overhead
 
-WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed}
+WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer}
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 
@@ -127,6 +128,8 @@ def main(argv=None) -> None:
     for name in args.workloads:
         if name == "feed":
             run_feed(args.scale, args.systems)
+        elif name == "optimizer":
+            optimizer.report(args.scale, args.repeats)
         else:
             run_workload(name, WORKLOADS[name], args.scale, args.repeats, args.systems,
                          not args.no_tuning)
