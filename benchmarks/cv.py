@@ -49,14 +49,19 @@ def decode_resized(jpeg: bytes):
                         Image.BILINEAR)
 
 
-def augment(jpeg: bytes, rng: np.random.Generator) -> np.ndarray:
+def crop_flip(jpeg: bytes, rng: np.random.Generator) -> np.ndarray:
+    """Decode, resize, random crop and flip: ``uint8``, before normalization."""
     image = np.asarray(decode_resized(jpeg))
     top = rng.integers(0, image.shape[0] - CROP + 1)
     left = rng.integers(0, image.shape[1] - CROP + 1)
     crop = image[top:top + CROP, left:left + CROP]
     if rng.random() < 0.5:
         crop = crop[:, ::-1]
-    return (crop.astype(np.float32) - _MEAN) / _STD
+    return crop
+
+
+def augment(jpeg: bytes, rng: np.random.Generator) -> np.ndarray:
+    return (crop_flip(jpeg, rng).astype(np.float32) - _MEAN) / _STD
 
 
 def jdata_pipeline(images, parallel=-1, engine="auto"):

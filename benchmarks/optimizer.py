@@ -98,12 +98,7 @@ def reorder(scale: float, repeats: int) -> tuple[float, float]:
 def _crop_flip(jpeg: bytes, key) -> np.ndarray:
     from benchmarks import cv
 
-    rng = np.random.default_rng(key)
-    image = np.asarray(cv.decode_resized(jpeg))
-    top = rng.integers(0, image.shape[0] - cv.CROP + 1)
-    left = rng.integers(0, image.shape[1] - cv.CROP + 1)
-    crop = image[top:top + cv.CROP, left:left + cv.CROP]
-    return crop[:, ::-1] if rng.random() < 0.5 else crop
+    return cv.crop_flip(jpeg, np.random.default_rng(key))
 
 
 def _jnp_normalize(crop):

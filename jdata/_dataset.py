@@ -149,8 +149,9 @@ class Dataset:
     def explain(self) -> str:
         """The optimized plan as text, output op first, with each op's cardinality.
 
-        Then, for each optimizer rule that fired, the plan before and after
-        it (``Options(optimize=False)`` turns the rules off).
+        Then, for each optimizer rule that fired, the plan it was given (what
+        it produced is the next rule's input, or the plan printed first);
+        ``Options(optimize=False)`` turns the rules off.
 
         >>> import jdata
         >>> print(jdata.range(8).map(abs).map(abs).explain())

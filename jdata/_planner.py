@@ -41,23 +41,14 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
 
     Random-access nodes iterate through their reader, so their state is an
     index. If an op of that random-access subtree asks for parallelism
-    (``num_parallel_calls``), the whole subtree runs on worker threads, element
-    by element by index (e.g. ``map(f, num_parallel_calls=4).batch(32)``
+    (``num_parallel_calls``), the whole subtree runs on workers (threads or
+    processes), element by element by index (e.g. ``map(f, num_parallel_calls=4).batch(32)``
     computes whole batches in parallel), with the same state.
     """
     if node.random_access() and type(node) in _READERS:
         parallelism, deterministic = subtree_parallelism(node, ctx)
         if parallelism:
-            options = ctx.options
-            iterator = parallel.ParallelIndexIterator(
-                lambda: make_reader(node, Context(options), epoch), parallelism,
-                deterministic, subtree_engine(node, ctx), options.cpu_budget, engine_key(node))
-            ops = " <- ".join(n.op_name for n in walk(node))
-            ctx.autotuner().register(
-                iterator, f"{ops} (by index)",
-                any(getattr(n, "num_parallel_calls", None) == AUTOTUNE for n in walk(node)),
-                False)
-            return iterator
+            return _parallel_subtree(node, ctx, epoch, parallelism, deterministic)
         return IndexIterator(make_reader(node, ctx, epoch))
     try:
         factory = _ITERATORS[type(node)]
@@ -69,6 +60,29 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
                                  getattr(node, "num_parallel_calls", None) == AUTOTUNE,
                                  getattr(node, "buffer_size", None) == AUTOTUNE)
     return iterator
+
+
+def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
+                      deterministic: bool) -> Iterator:
+    options = ctx.options
+    # Workers build their readers from the options alone (the context holds
+    # the autotuner's thread, which cannot travel to worker processes).
+    iterator = parallel.ParallelIndexIterator(
+        lambda: make_reader(node, Context(options), epoch), parallelism, deterministic,
+        subtree_engine(node, ctx), options.cpu_budget, engine_key(node))
+    ops = " <- ".join(n.op_name for n in walk(node))
+    autotuned = any(getattr(n, "num_parallel_calls", None) == AUTOTUNE for n in walk(node))
+    ctx.autotuner().register(iterator, f"{ops} (by index)", autotuned, False)
+    return iterator
+
+
+def parallel_map(node: Node, ctx: Context, epoch: int, fn: Callable, threads: int,
+                 deterministic: bool) -> Iterator:
+    """``fn(element, position)`` over ``node.input`` on the op's engine (``map``,
+    ``random_map``)."""
+    return parallel.ParallelMapIterator(
+        make_iterator(node.input, ctx, epoch), fn, threads, deterministic,
+        op_engine(node, ctx), ctx.options.cpu_budget, engine_key(node))
 
 
 def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:

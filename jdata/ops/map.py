@@ -10,7 +10,7 @@ from typing import Callable, ClassVar
 
 from jdata import _planner, _tree
 from jdata._plan import Node
-from jdata.runtime import blocks, iterator, parallel, probe, udf
+from jdata.runtime import blocks, iterator, probe, udf
 from jdata.runtime.iterator import UnaryIterator
 
 
@@ -91,11 +91,9 @@ def _iterator(node: MapNode, ctx, epoch: int):
         # A vectorized map is already one compiled call per block; threads
         # would only split its blocks.
         fn = node.fn
-        return parallel.ParallelMapIterator(
-            _planner.make_iterator(node.input, ctx, epoch),
-            lambda element, position: _apply(fn, element, position), threads, deterministic,
-            _planner.op_engine(node, ctx), ctx.options.cpu_budget,
-            _planner.engine_key(node))
+        return _planner.parallel_map(node, ctx, epoch,
+                                     lambda element, position: _apply(fn, element, position),
+                                     threads, deterministic)
     if not node.vectorize:
         return _MapIterator(node, ctx, epoch)
     return blocks.BlockIterator(_planner.make_iterator(node.input, ctx, epoch),

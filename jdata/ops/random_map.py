@@ -9,7 +9,7 @@ import numpy as np
 
 from jdata import _planner, _random, _tree
 from jdata._plan import Node
-from jdata.runtime import blocks, parallel, probe, udf
+from jdata.runtime import blocks, probe, udf
 from jdata.runtime.iterator import UnaryIterator
 
 _SALT = _random.salt("random_map")
@@ -105,11 +105,9 @@ def _iterator(node: RandomMapNode, ctx, epoch: int):
     threads, deterministic = _planner.op_parallelism(node, ctx)
     if threads and not node.vectorize:
         fn, keys = node.fn, _random.KeyBlocks(node.key, _SALT, epoch)  # thread-safe
-        return parallel.ParallelMapIterator(
-            _planner.make_iterator(node.input, ctx, epoch),
-            lambda element, position: _apply(fn, element, position, keys), threads,
-            deterministic, _planner.op_engine(node, ctx), ctx.options.cpu_budget,
-            _planner.engine_key(node))
+        return _planner.parallel_map(
+            node, ctx, epoch, lambda element, position: _apply(fn, element, position, keys),
+            threads, deterministic)
     if not node.vectorize:
         return _RandomMapIterator(node, ctx, epoch)
     return blocks.BlockIterator(_planner.make_iterator(node.input, ctx, epoch),

@@ -12,7 +12,7 @@ import dataclasses
 
 from jdata._plan import Node
 from jdata.ops.filter import FilterNode, predicate_result
-from jdata.optimize.rewrite import bottom_up
+from jdata.optimize.rewrite import bottom_up, udf_name
 
 
 class _Both:
@@ -20,16 +20,12 @@ class _Both:
 
     def __init__(self, p, q):
         self.p, self.q = p, q
-        self.__qualname__ = f"{_name(p)}&{_name(q)}"
+        self.__qualname__ = f"{udf_name(p)}&{udf_name(q)}"
 
     def __call__(self, *args):
         if not predicate_result(self.p(*args), "filter", None):
             return False
         return self.q(*args)
-
-
-def _name(fn) -> str:
-    return getattr(fn, "__qualname__", type(fn).__name__)
 
 
 class FilterFusionRule:

@@ -16,7 +16,7 @@ import dataclasses
 from jdata import _tree
 from jdata._plan import Node
 from jdata.ops.map import MapNode
-from jdata.optimize.rewrite import bottom_up
+from jdata.optimize.rewrite import bottom_up, udf_name
 
 
 class _Composed:
@@ -24,7 +24,7 @@ class _Composed:
 
     def __init__(self, f, g):
         self.f, self.g = f, g
-        self.__qualname__ = f"{_name(g)}.{_name(f)}"
+        self.__qualname__ = f"{udf_name(g)}.{udf_name(f)}"
 
     def __call__(self, *args):
         middle = _tree.normalize(self.f(*args), "map")
@@ -36,15 +36,11 @@ class _ComposedTraced:
 
     def __init__(self, f, g):
         self.f, self.g = f, g
-        self.__qualname__ = f"{_name(g)}.{_name(f)}"
+        self.__qualname__ = f"{udf_name(g)}.{udf_name(f)}"
 
     def __call__(self, *args):
         middle = self.f(*args)
         return self.g(*middle) if type(middle) is tuple else self.g(middle)
-
-
-def _name(fn) -> str:
-    return getattr(fn, "__qualname__", type(fn).__name__)
 
 
 def fusable(outer: MapNode, inner: Node) -> bool:

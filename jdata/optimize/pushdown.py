@@ -12,25 +12,20 @@ is not crossed: its keys depend on positions.
 
 from __future__ import annotations
 
-import dataclasses
-
 from jdata._plan import Node
 from jdata.ops.map import MapNode
 from jdata.ops.shard import ShardNode
 from jdata.ops.skip import SkipNode
-from jdata.optimize.rewrite import bottom_up
+from jdata.optimize.rewrite import bottom_up, sink
 
 
-def _push(node: Node) -> Node:
-    below = node.input
-    if type(below) is not MapNode or below.input.random_access():
-        return node
-    return dataclasses.replace(below, input=_push(dataclasses.replace(node, input=below.input)))
+def _crosses(node: Node, below: Node) -> bool:
+    return type(below) is MapNode and not below.input.random_access()
 
 
 class PushdownRule:
     name = "shard_skip_pushdown"
 
     def apply(self, plan: Node, options) -> Node:
-        return bottom_up(plan, lambda node: _push(node)
+        return bottom_up(plan, lambda node: sink(node, _crosses)
                          if isinstance(node, (ShardNode, SkipNode)) else node)

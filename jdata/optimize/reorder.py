@@ -18,8 +18,6 @@ reordered stream.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from jdata import _tree
@@ -29,7 +27,7 @@ from jdata._spec import TensorSpec
 from jdata.ops.filter import FilterNode
 from jdata.ops.map import MapNode
 from jdata.ops.random_map import RandomMapNode
-from jdata.optimize.rewrite import bottom_up
+from jdata.optimize.rewrite import bottom_up, sink
 from jdata.runtime import probe
 from jdata.runtime.stats import element_bytes
 
@@ -68,32 +66,16 @@ def _filter_independent_of(filter_node: FilterNode, map_node: Node) -> bool:
             and not reads & writes)
 
 
-def _sink(node: Node, below_ok) -> Node:
-    """Moves ``node`` below its input while ``below_ok(node, input)`` holds."""
-    below = node.input
-    if not below_ok(node, below):
-        return node
-    return dataclasses.replace(below, input=_sink(dataclasses.replace(node, input=below.input),
-                                                  below_ok))
-
-
-def _crop_first(node: Node, below: Node) -> bool:
-    return _pointwise_map(below)
-
-
-def _filter_first(node: Node, below: Node) -> bool:
-    return _filter_independent_of(node, below)
-
-
 class ReorderRule:
     name = "reorder"
 
     def apply(self, plan: Node, options) -> Node:
         def move(node: Node) -> Node:
-            if _shrinking_selection(node) and _pointwise_map(node.input):
-                return _sink(node, _crop_first)
-            if type(node) is FilterNode and _filter_independent_of(node, node.input):
-                return _sink(node, _filter_first)
+            # The cheap check first: measuring sizes may run the pipeline's first elements.
+            if _pointwise_map(getattr(node, "input", None)) and _shrinking_selection(node):
+                return sink(node, lambda _, below: _pointwise_map(below))
+            if type(node) is FilterNode:
+                return sink(node, _filter_independent_of)
             return node
 
         return bottom_up(plan, move)

@@ -1,4 +1,5 @@
-"""Helpers rules share: rebuilding a node over new inputs, bottom-up rewrites."""
+"""Helpers rules share: rebuilding a node over new inputs, bottom-up rewrites, moving an
+op below others, naming composed UDFs."""
 
 from __future__ import annotations
 
@@ -44,3 +45,21 @@ def bottom_up(plan: Node, rewrite: Callable[[Node], Node]) -> Node:
         return rewrite(with_inputs(node, visit))
 
     return visit(plan)
+
+
+def sink(node: Node, may_pass: Callable[[Node, Node], bool]) -> Node:
+    """Moves ``node`` below its input while ``may_pass(node, input)`` holds.
+
+    Both are single-input ops (``input`` fields); each crossed op keeps its
+    parameters and reads ``node``'s output instead of its old input.
+    """
+    below = node.input
+    if not may_pass(node, below):
+        return node
+    moved = sink(dataclasses.replace(node, input=below.input), may_pass)
+    return dataclasses.replace(below, input=moved)
+
+
+def udf_name(fn) -> str:
+    """How plans print a UDF (its qualified name), for names of composed UDFs."""
+    return getattr(fn, "__qualname__", type(fn).__name__)

@@ -209,8 +209,8 @@ class Autotuner:
         if not snapshots or any(new < _MIN_NEW_ELEMENTS for _, new, *_ in snapshots):
             return []
         output_elements = snapshots[-1][1]  # stages register inputs first
-        self._last = {k: v for k, v in self._last.items() if k in {id(it.stats)
-                                                                for it in iterators}}
+        live = {id(it.stats) for it in iterators}
+        self._last = {k: v for k, v in self._last.items() if k in live}
         stages = []
         for s, new, busy, wait, elapsed in snapshots:
             self._last[id(s)] = (s.elements, s.busy_sec, s.wait_sec, now)

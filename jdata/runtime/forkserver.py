@@ -26,23 +26,18 @@ import sys
 import threading
 import traceback
 
+from jdata.runtime import worker
+
 _PID = struct.Struct("q")
 
 
 def _unlink_segments(pattern: str) -> None:
-    from jdata.runtime import worker
-
     for path in glob.glob(os.path.join(worker.SEGMENT_DIR, pattern)):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        worker.unlink(os.path.basename(path))
 
 
 def serve(fd: int, parent_pid: int) -> None:
     """The server's main loop (runs in the server process)."""
-    from jdata.runtime import worker
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
 
@@ -79,8 +74,6 @@ def serve(fd: int, parent_pid: int) -> None:
 
 def _run_worker(fds: list[int], parent_pid: int) -> None:
     from multiprocessing.connection import Connection
-
-    from jdata.runtime import worker
 
     code = 0
     try:

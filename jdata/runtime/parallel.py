@@ -1,6 +1,6 @@
-"""Thread-parallel execution with exact state.
+"""Parallel execution with exact state, on threads or worker processes.
 
-Two iterators run work on a thread pool ahead of the consumer:
+Two iterators run work on a pool of workers ahead of the consumer:
 
 - ``ParallelIndexIterator`` serves ``reader[i]`` for ``i = 0, 1, ...`` over a
   random-access subtree. Each worker thread builds its own reader (readers
@@ -17,6 +17,10 @@ processing time, so that cheap functions do not pay a thread hand-off per
 element. With ``deterministic=False`` elements are emitted in completion
 order and the state also lists the positions already emitted past the oldest
 pending one.
+
+The pool runs its chunks on threads or, for UDFs that hold the GIL, in worker
+processes (``jdata.runtime.processes``); ``EngineChooser`` picks between them
+by measurement. Neither the state nor the outputs depend on the engine.
 """
 
 from __future__ import annotations
@@ -103,9 +107,7 @@ class _Outcome:
         # (tracebacks do not pickle) and becomes picklable if it was not.
         if self.error is None:
             return _Outcome, (self.value,)
-        error = self.error
-        innermost = error.__cause__ if isinstance(error, UDFError) else error
-        return _remote_outcome, (_picklable(error), _traceback_text(innermost))
+        return _remote_outcome, (_picklable(self.error), _traceback_text(_innermost(self.error)))
 
 
 class RemoteTraceback(Exception):
@@ -113,6 +115,11 @@ class RemoteTraceback(Exception):
 
     def __str__(self):
         return "\n" + self.args[0]
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The exception the UDF raised: a ``UDFError``'s cause, else ``error`` itself."""
+    return error.__cause__ if isinstance(error, UDFError) else error
 
 
 def _traceback_text(error: BaseException) -> str:
@@ -128,10 +135,9 @@ def _picklable(error: BaseException) -> BaseException:
 
 
 def _remote_outcome(error: BaseException, text: str) -> _Outcome:
-    # The innermost exception (a UDFError's cause) gets the remote traceback
-    # chained, so the user sees where the UDF failed in the worker.
-    innermost = error.__cause__ if isinstance(error, UDFError) else error
-    innermost.__cause__ = RemoteTraceback(text)
+    # The UDF's own exception gets the remote traceback chained, so the user
+    # sees where it failed in the worker.
+    _innermost(error).__cause__ = RemoteTraceback(text)
     return _Outcome(error=error)
 
 
@@ -244,10 +250,8 @@ class _ThreadExecutor:
         self._gate = _Gate(workers)
         self._executor = cf.ThreadPoolExecutor(max(workers, cpu_budget),
                                                thread_name_prefix="jdata")
-        self.workers = workers
 
     def resize(self, workers: int) -> None:
-        self.workers = workers
         self._gate.set_limit(workers)
 
     def _run(self, items):
@@ -278,23 +282,8 @@ class _Pool:
         self.parallelism = parallelism
         self.cpu_budget = cpu_budget or usable_cores()
         self.inflight: collections.deque = collections.deque()
-        self.chooser = None
-        self.engine_reason = ("a fixed num_parallel_calls or Options(engine='threads')"
-                              if engine == "threads" else f"Options(engine={engine!r})")
-        if engine == "auto":
-            earlier = _DECISIONS.get(decision_key) if decision_key is not None else None
-            if self.cpu_budget < 2 or parallelism < 2:
-                engine = "threads"
-                self.engine_reason = ("one core or one worker: processes cannot run more at "
-                                      "once")
-            elif earlier is None:
-                engine = "threads"
-                self.chooser = EngineChooser(self.cpu_budget, decision_key)
-                self.engine_reason = "chosen by measurement after the first chunks"
-            else:
-                engine, reason = earlier
-                self.engine_reason = f"{reason} (measured by an earlier iterator)"
-        self.engine = engine
+        self.engine, self.engine_reason, self.chooser = _initial_engine(
+            engine, self.cpu_budget, parallelism, decision_key)
         self._executor = self._start(self.engine)
         self.sizer = _ChunkSizer(_chunk_target(self.engine))
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
@@ -336,7 +325,7 @@ class _Pool:
             outcomes, timing = future.result()
             waited = time.perf_counter() - start
         self._record(outcomes, timing, waited)
-        if self.chooser is not None and self.engine == "threads":
+        if self.chooser is not None:  # measuring on threads
             self._maybe_switch(timing, waited)
         return list(zip(tags, outcomes, strict=True))
 
@@ -373,6 +362,23 @@ class _Pool:
     def shutdown(self) -> None:
         self.cancel()
         self._executor.shutdown()
+
+
+def _initial_engine(engine: str, cpu_budget: int, parallelism: int,
+                    decision_key) -> tuple[str, str, EngineChooser | None]:
+    """``(engine to start on, why, chooser)``: ``"auto"`` starts on threads and
+    measures, unless one core makes it moot or an earlier iterator decided."""
+    if engine != "auto":
+        reason = ("a fixed num_parallel_calls or Options(engine='threads')"
+                  if engine == "threads" else f"Options(engine={engine!r})")
+        return engine, reason, None
+    if cpu_budget < 2 or parallelism < 2:
+        return "threads", "one core or one worker: processes cannot run more at once", None
+    earlier = _DECISIONS.get(decision_key) if decision_key is not None else None
+    if earlier is not None:
+        return earlier[0], f"{earlier[1]} (measured by an earlier iterator)", None
+    return ("threads", "chosen by measurement after the first chunks",
+            EngineChooser(cpu_budget, decision_key))
 
 
 def _chunk_target(engine: str) -> float:
@@ -507,7 +513,7 @@ class _Pooled(Tunable):
 
 
 class ParallelIndexIterator(_Pooled):
-    """``reader[i]`` for ``i = 0 .. len-1``, computed ahead on worker threads.
+    """``reader[i]`` for ``i = 0 .. len-1``, computed ahead on the pool's workers.
 
     The state is ``{"index": i}`` (the next index to emit), the same as
     ``IndexIterator``'s; with ``deterministic=False`` it adds ``"done"``, the
@@ -555,7 +561,7 @@ class ParallelIndexIterator(_Pooled):
 
 
 class ParallelMapIterator(_Pooled):
-    """``fn(element, position)`` over a sequential input, computed on worker threads.
+    """``fn(element, position)`` over a sequential input, computed on the pool's workers.
 
     Elements are pulled on the consumer's thread (the input iterator is not
     thread-safe), each with the input's state from just before it. The state

@@ -278,10 +278,6 @@ class ProcessExecutor:
         self.resize(workers)
         self._shared.collector.start()
 
-    @property
-    def workers(self) -> int:
-        return self._active
-
     def resize(self, workers: int) -> None:
         shared = self._shared
         with shared.lock:

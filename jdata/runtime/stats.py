@@ -43,9 +43,6 @@ class OpStats:
         old = self.bytes_per_element
         self.bytes_per_element = size if old == 0 else 0.9 * old + 0.1 * size
 
-    def snapshot(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def element_bytes(element: Any) -> int:
     from jdata import _tree

@@ -31,6 +31,8 @@ import traceback
 
 import cloudpickle
 
+from jdata.runtime.parallel import _Outcome
+
 SLOTS = 3
 SEGMENT_PREFIX = "jdata_"
 SEGMENT_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -146,8 +148,6 @@ def encode(outcomes: list, arena: _Arena) -> tuple:
 
 def _sendable(outcome):
     """The outcome, or an error outcome saying why it cannot leave the worker."""
-    from jdata.runtime.parallel import _Outcome
-
     try:
         cloudpickle.dumps(outcome, protocol=5)
         return outcome
