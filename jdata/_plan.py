@@ -37,10 +37,8 @@ class Node:
             value = getattr(self, field.name)
             if isinstance(value, Node):
                 out.append(value)
-            elif isinstance(value, (tuple, list)):
-                out.extend(v for v in value if isinstance(v, Node))
-            elif isinstance(value, dict):
-                out.extend(v for v in value.values() if isinstance(v, Node))
+            elif is_node_collection(value):
+                out.extend(value.values() if isinstance(value, dict) else value)
         return tuple(out)
 
     def params(self) -> dict[str, Any]:
@@ -48,7 +46,7 @@ class Node:
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, Node) or _is_node_collection(value):
+            if isinstance(value, Node) or is_node_collection(value):
                 continue
             out[field.name] = value
         return out
@@ -79,7 +77,9 @@ class Node:
         return f"{type(self).__name__.removesuffix('Node')}({args})"
 
 
-def _is_node_collection(value) -> bool:
+def is_node_collection(value) -> bool:
+    """True for a non-empty tuple, list or dict of nodes (an op's inputs, e.g. ``zip``'s)."""
+    # all() stops at a source's first datum, so a large in-memory source costs nothing.
     if isinstance(value, (tuple, list)):
         return bool(value) and all(isinstance(v, Node) for v in value)
     if isinstance(value, dict):

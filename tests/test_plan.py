@@ -147,3 +147,26 @@ def test_autotuned_parameters_print_as_autotune():
     assert "Prefetch(buffer_size=AUTOTUNE)" in text
     assert "num_parallel_calls=AUTOTUNE" in text
     assert "Prefetch(buffer_size=2)" in jdata.range(4).prefetch(2).explain()
+
+
+class _CountingList(list):
+    """A list that counts the items read by iterating it."""
+
+    reads = 0
+
+    def __iter__(self):
+        for item in super().__iter__():
+            type(self).reads += 1
+            yield item
+
+
+def test_walking_the_plan_does_not_scan_an_in_memory_source():
+    # Plans are walked at every iterator creation; a source of a million
+    # elements must not be read element by element to find child nodes.
+    source = _CountingList(range(1_000_000))
+    ds = jdata.from_source(source).map(lambda x: x + 1).batch(4)
+    _CountingList.reads = 0
+    assert len(list(jdata._plan.walk(ds._node))) == 3
+    ds.explain()
+    assert take_list(ds, 1)[0].tolist() == [1, 2, 3, 4]
+    assert _CountingList.reads < 100  # a few probed for the element spec, not a million

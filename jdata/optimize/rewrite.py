@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from jdata._plan import Node
+from jdata._plan import Node, is_node_collection
 
 
 def with_inputs(node: Node, rewrite: Callable[[Node], Node]) -> Node:
@@ -16,12 +16,12 @@ def with_inputs(node: Node, rewrite: Callable[[Node], Node]) -> Node:
         value = getattr(node, field.name)
         if isinstance(value, Node):
             new = rewrite(value)
-        elif isinstance(value, (tuple, list)) and any(isinstance(v, Node) for v in value):
-            new = type(value)(rewrite(v) if isinstance(v, Node) else v for v in value)
-        elif isinstance(value, dict) and any(isinstance(v, Node) for v in value.values()):
-            new = {k: rewrite(v) if isinstance(v, Node) else v for k, v in value.items()}
-        else:
+        elif not is_node_collection(value):  # e.g. a source's data: never scanned
             continue
+        elif isinstance(value, dict):
+            new = {k: rewrite(v) for k, v in value.items()}
+        else:
+            new = type(value)(rewrite(v) for v in value)
         if _changed(value, new):
             changes[field.name] = new
     return dataclasses.replace(node, **changes) if changes else node
