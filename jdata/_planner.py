@@ -117,11 +117,17 @@ def op_engine(node: Node, ctx: Context) -> str:
 
 
 def subtree_engine(node: Node, ctx: Context) -> str:
-    """The engine of a random-access subtree run by index: the most capable its ops ask."""
-    engines = {op_engine(n, ctx) for n in walk(node)}
-    for engine in ("processes", "auto"):
-        if engine in engines:
-            return engine
+    """The engine of a random-access subtree run by index: the most capable its ops ask.
+
+    ``"auto"`` stays on threads where the subtree runs JAX (a ``vectorize=True``
+    map): XLA releases the GIL, and each worker process would compile again.
+    """
+    nodes = list(walk(node))
+    engines = {op_engine(n, ctx) for n in nodes}
+    if "processes" in engines:
+        return "processes"
+    if "auto" in engines and not any(getattr(n, "vectorize", False) for n in nodes):
+        return "auto"
     return "threads"
 
 

@@ -175,7 +175,8 @@ class _BlockFilterIterator(Iterator):
 def _check_results(keeps: list, position: int) -> tuple[list, TypeError | None]:
     """``predicate_result`` on each: the bools up to the first invalid result, and its error."""
     types = list(map(type, keeps))
-    if types.count(np.bool_) + types.count(bool) == len(types):
+    n = types.count(np.bool_)  # what NumPy comparisons return: one count, mostly
+    if n == len(types) or n + types.count(bool) == len(types):
         return keeps, None
     out: list = []
     try:

@@ -18,10 +18,16 @@ from jdata.runtime.iterator import Iterator
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RepeatNode(Node):
-    """See ``Dataset.repeat``. ``count=None`` repeats forever."""
+    """See ``Dataset.repeat``. ``count=None`` repeats forever.
+
+    ``by_index`` (set by the optimizer's ``repeat_by_index`` rule) reads a
+    forever repeat of a random-access input by index, as one stream of
+    passes, instead of building the input's iterator again each pass.
+    """
 
     input: Node
     count: int | None
+    by_index: bool = False
     op_name: ClassVar[str] = "repeat"
 
     def cardinality(self) -> int:
@@ -35,13 +41,19 @@ class RepeatNode(Node):
         return self.count * n
 
     def random_access(self) -> bool:
-        return self.count is not None and self.input.random_access()
+        return (self.count is not None or self.by_index) and self.input.random_access()
 
     def compute_spec(self):
         return self.input.element_spec()
 
     def __str__(self):
-        return "Repeat(forever)" if self.count is None else f"Repeat(count={self.count})"
+        if self.count is not None:
+            return f"Repeat(count={self.count})"
+        return "Repeat(forever, by index)" if self.by_index else "Repeat(forever)"
+
+
+# Read by index, a forever repeat ends after this many elements (centuries at 10M/s).
+_FOREVER_ELEMENTS = 2 ** 62
 
 
 class _RepeatReader:
@@ -52,7 +64,10 @@ class _RepeatReader:
         self._pass = 0
         self._reader = self._pass_reader(0)
         self._n = len(self._reader)
-        self._len = node.count * self._n
+        passes = node.count
+        if passes is None:  # forever: more elements than any job reads
+            passes = _FOREVER_ELEMENTS // self._n if self._n else 0
+        self._len = passes * self._n
 
     def _pass_reader(self, repetition: int):
         epoch = _random.repeat_epoch(self._epoch, repetition)

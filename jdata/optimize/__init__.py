@@ -17,8 +17,9 @@ import dataclasses
 from typing import Protocol
 
 from jdata._plan import Node
-from jdata.optimize import (auto_vectorize, filter_fusion, inject_prefetch, map_fusion,
-                            noop_elimination, pushdown, reorder)
+from jdata.optimize import (auto_vectorize, filter_fusion, inject_prefetch,
+                            map_filter_fusion, map_fusion, noop_elimination, pushdown,
+                            reorder, repeat_by_index)
 
 
 class Rule(Protocol):
@@ -33,10 +34,12 @@ class Rule(Protocol):
 RULES: tuple[Rule, ...] = (
     noop_elimination.NoopEliminationRule(),
     pushdown.PushdownRule(),
+    repeat_by_index.RepeatByIndexRule(),
     reorder.ReorderRule(),  # before fusion, which would hide the declarations
     auto_vectorize.AutoVectorizeRule(),  # before fusion: vectorized maps fuse together
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),
+    map_filter_fusion.MapFilterFusionRule(),  # after both: the fused map and filter fuse
     inject_prefetch.InjectPrefetchRule(),
 )
 

@@ -369,7 +369,8 @@ def _initial_engine(engine: str, cpu_budget: int, parallelism: int,
     """``(engine to start on, why, chooser)``: ``"auto"`` starts on threads and
     measures, unless one core makes it moot or an earlier iterator decided."""
     if engine != "auto":
-        reason = ("a fixed num_parallel_calls or Options(engine='threads')"
+        reason = ("a fixed num_parallel_calls, Options(engine='threads'), or JAX code in "
+                  "the work (XLA releases the GIL)"
                   if engine == "threads" else f"Options(engine={engine!r})")
         return engine, reason, None
     if cpu_budget < 2 or parallelism < 2:

@@ -166,7 +166,7 @@ def test_shard_and_skip_move_below_maps_of_sequential_inputs():
     ds = _generated(20).map(counted).map(lambda x: x + 1).skip(3).shard(4, 1)
     result = _optimized(ds)
     assert _ops(result.plan) == ["map", "shard", "skip", "from_generator"]  # maps fused
-    assert "shard_skip_pushdown" in [f.rule for f in result.fired]
+    assert "pushdown" in [f.rule for f in result.fired]
     expected = [x * 10 + 1 for x in range(20)][3:][1::4]
     assert [int(x) for x in take_list(ds)] == expected
     assert sorted(calls) == [x for x in range(20)][3:][1::4]  # dropped ones never mapped
@@ -175,11 +175,26 @@ def test_shard_and_skip_move_below_maps_of_sequential_inputs():
     assert len(calls) == 20  # unoptimized: every element mapped, most dropped
 
 
+def test_take_moves_below_a_parallel_map_so_nothing_past_it_is_computed():
+    calls = []
+
+    def counted(x):
+        calls.append(int(x))
+        return x * 10
+
+    ds = _generated(1000).map(counted, num_parallel_calls=4).take(5)
+    result = _optimized(ds)
+    assert _ops(result.plan)[-3:] == ["map", "take", "from_generator"]
+    assert "pushdown" in [f.rule for f in result.fired]
+    assert [int(x) for x in take_list(ds)] == [0, 10, 20, 30, 40]
+    assert sorted(calls) == [0, 1, 2, 3, 4]  # a parallel map no longer computes ahead
+
+
 def test_pushdown_leaves_random_access_inputs_and_random_maps_alone():
-    assert "shard_skip_pushdown" not in [
+    assert "pushdown" not in [
         f.rule for f in _optimized(jdata.range(20).map(abs).shard(2, 0)).fired]
     keyed = _generated(20).random_map(lambda x, k: x + k[0] % 3, jax_key()).shard(2, 0)
-    assert "shard_skip_pushdown" not in [f.rule for f in _optimized(keyed).fired]
+    assert "pushdown" not in [f.rule for f in _optimized(keyed).fired]
     _same_with_and_without(keyed)
 
 
@@ -237,3 +252,83 @@ def test_auto_vectorize_leaves_udfs_that_do_not_trace_or_change_dtypes():
         _same_with_and_without(ds)
     assert "auto_vectorize" not in [f.rule for f in _optimized(
         jdata.range(10).map(lambda x: x * 2.0)).fired]  # off by default
+
+
+def test_a_parallel_map_and_its_filter_fuse_so_the_predicate_runs_on_the_workers():
+    import threading
+
+    callers = set()
+
+    def costly_predicate(a, b):
+        callers.add(threading.current_thread() is threading.main_thread())
+        return a % 3 != 0
+
+    ds = (jdata.range(200).map(lambda x: (x, x * 2), num_parallel_calls=2)
+          .filter(costly_predicate))
+    result = _optimized(ds)
+    assert _ops(result.plan) == ["prefetch", "map", "filter", "map", "range"]
+    assert "map_filter_fusion" in [f.rule for f in result.fired]
+    got = [(int(a), int(b)) for a, b in take_list(ds)]
+    assert got == [(x, 2 * x) for x in range(200) if x % 3 != 0]
+    assert callers == {False}  # never on the consumer's thread
+    callers.clear()
+    _same_with_and_without(ds)
+    assert True in callers  # unfused, the consumer's thread calls it
+
+
+def test_map_filter_fusion_reports_predicate_errors_as_the_filter_did():
+    def failing(x):
+        if x == 7:
+            raise ValueError("seven")
+        return x % 2 == 0
+
+    def not_a_bool(x):
+        return x % 2
+
+    def until_error(ds):
+        out = []
+        try:
+            for x in ds:
+                out.append(int(x))
+        except (jdata.UDFError, TypeError) as e:
+            cause = e.__cause__ if isinstance(e, jdata.UDFError) else e
+            return out, type(e).__name__, getattr(e, "op", None), str(cause)
+        raise AssertionError("no error")
+
+    for predicate in (failing, not_a_bool):
+        ds = jdata.range(20).map(lambda x: x + 0, num_parallel_calls=2).filter(predicate)
+        assert "map_filter_fusion" in [f.rule for f in _optimized(ds).fired]
+        assert until_error(ds) == until_error(ds.with_options(OFF))
+    with pytest.raises(jdata.UDFError) as raised:
+        take_list(jdata.range(20).map(lambda x: x + 0, num_parallel_calls=2).filter(failing))
+    assert (raised.value.op, raised.value.position) == ("filter", 7)
+    assert isinstance(raised.value.__cause__, ValueError)
+
+
+def test_repeat_forever_of_a_random_access_input_reads_by_index():
+    import jax
+
+    ds = jdata.range(5).shuffle(jax.random.key(0)).repeat().batch(3).take(7)
+    result = _optimized(ds)
+    assert "repeat_by_index" in [f.rule for f in result.fired]
+    assert "Repeat(forever, by index)" in ds.explain()
+    batches = _same_with_and_without(ds)
+    # Every pass is a fresh permutation of the 5 elements; batches span passes.
+    flat = np.concatenate(batches).tolist()
+    passes = [flat[i:i + 5] for i in range(0, 20, 5)]
+    assert all(sorted(p) == [0, 1, 2, 3, 4] for p in passes)
+    assert len({tuple(p) for p in passes}) > 1
+    check_restore_at_every_step(ds)
+    empty = jdata.range(0).repeat()
+    assert "repeat_by_index" in [f.rule for f in _optimized(empty).fired]
+    assert take_list(empty) == []
+
+
+def test_repeat_by_index_keeps_one_process_pool_for_every_pass():
+    import os
+
+    ds = (jdata.range(6).map(lambda x: np.int64(os.getpid()), num_parallel_calls=2)
+          .repeat().take(30).with_options(jdata.Options(engine="processes")))
+    pids = {int(p) for p in take_list(ds)}
+    assert os.getpid() not in pids
+    assert 1 <= len(pids) <= 2  # unfused, each of the 5 passes started its own workers
