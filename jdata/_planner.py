@@ -96,8 +96,9 @@ def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:
     return parallel.resolve_parallelism(requested), deterministic
 
 
-# Ops whose parallel work is a UDF that may hold the GIL; other ops' parallel
-# work (stacking, prefetching) releases it and always runs on threads.
+# Ops whose parallel work is a UDF that may hold the GIL (and a batch with a
+# fused map); other ops' parallel work (stacking, prefetching) releases it
+# and always runs on threads.
 _ENGINE_OPS = frozenset({"map", "random_map"})
 
 
@@ -108,7 +109,8 @@ def op_engine(node: Node, ctx: Context) -> str:
     measures only for ``num_parallel_calls=AUTOTUNE`` and keeps explicit
     counts on threads, as tf.data does.
     """
-    if node.op_name not in _ENGINE_OPS or getattr(node, "num_parallel_calls", None) is None:
+    runs_udf = node.op_name in _ENGINE_OPS or getattr(node, "map_fn", None) is not None
+    if not runs_udf or getattr(node, "num_parallel_calls", None) is None:
         return "threads"
     engine = ctx.options.engine
     if engine != "auto":
@@ -139,7 +141,7 @@ def engine_key(node: Node) -> tuple:
     """
     parts = []
     for n in walk(node):
-        fn = getattr(n, "fn", None)
+        fn = getattr(n, "fn", None) or getattr(n, "map_fn", None)
         code = getattr(fn, "__code__", None) or getattr(
             getattr(type(fn), "__call__", None), "__code__", None)
         parts.append((type(n), code))

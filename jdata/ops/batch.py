@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from jdata import _planner, _spec, _tree
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
+from jdata.ops import map as map_op
+from jdata.ops.map import MapNode
 from jdata.runtime import parallel
 from jdata.runtime.iterator import Iterator, UnaryIterator, read_block
 
@@ -21,6 +23,9 @@ class BatchNode(Node):
     drop_remainder: bool = False
     num_parallel_calls: int | None = None
     deterministic: bool | None = None
+    # Set by the optimizer's map_batch_fusion: a parallel map fused into this
+    # batch, so its workers compute and stack whole batches.
+    map_fn: Callable | None = None
     op_name: ClassVar[str] = "batch"
 
     def cardinality(self) -> int:
@@ -28,10 +33,11 @@ class BatchNode(Node):
                                    self.drop_remainder)
 
     def random_access(self) -> bool:
-        return self.input.random_access()
+        return self.map_fn is None and self.input.random_access()
 
     def compute_spec(self):
-        return _spec.batched(self.input.element_spec(),
+        elements = self.input if self.map_fn is None else MapNode(self.input, self.map_fn)
+        return _spec.batched(elements.element_spec(),
                              self.batch_size if self.drop_remainder else None)
 
 
@@ -97,9 +103,50 @@ def _reader(node: BatchNode, ctx, epoch: int):
                        node.drop_remainder, _stack)
 
 
+class _MapGroups(UnaryIterator):
+    """Lists of up to ``batch_size`` input elements, for a fused map's workers.
+
+    A last, short group that ``drop_remainder`` drops is still mapped here
+    (and discarded), so that its errors surface as they would unfused.
+    """
+
+    def __init__(self, input_iterator: Iterator, batch_size: int, drop_remainder: bool, fn):
+        super().__init__(input_iterator)
+        self._groups = BatchIterator(input_iterator, batch_size, False, list)
+        self._batch_size, self._drop_remainder, self._fn = batch_size, drop_remainder, fn
+        self._group = 0
+
+    def __next__(self):
+        group = next(self._groups)
+        index = self._group
+        self._group = index + 1
+        if self._drop_remainder and len(group) < self._batch_size:
+            _map_group(self._fn, group, index * self._batch_size)
+            raise StopIteration
+        return group
+
+    def get_state(self):
+        return {"input": self._input.get_state(), "group": self._group}
+
+    def set_state(self, state):
+        self._input.set_state(state["input"])
+        self._group = int(state["group"])
+
+
+def _map_group(fn, group: list, first_position: int) -> list:
+    return [map_op.apply(fn, element, first_position + i) for i, element in enumerate(group)]
+
+
 def _iterator(node: BatchNode, ctx, epoch: int):
     input_iterator = _planner.make_iterator(node.input, ctx, epoch)
     threads, deterministic = _planner.op_parallelism(node, ctx)
+    if node.map_fn is not None:
+        fn, size = node.map_fn, node.batch_size
+        groups = _MapGroups(input_iterator, size, node.drop_remainder, fn)
+        return parallel.ParallelMapIterator(
+            groups, lambda group, index: _stack(_map_group(fn, group, index * size)),
+            threads or 1, deterministic, _planner.op_engine(node, ctx), ctx.options.cpu_budget,
+            _planner.engine_key(node))
     if threads:
         # Elements are pulled in order on the consumer's thread (as lists);
         # only the stacking, a copy that releases the GIL, runs on the pool.

@@ -50,7 +50,7 @@ class _MapReader:
         return len(self._input)
 
     def __getitem__(self, index: int):
-        return _apply(self._fn, self._input[index], index)
+        return apply(self._fn, self._input[index], index)
 
     def read_block(self, lo: int, hi: int):
         elements, input_error = iterator.read_block(self._input, lo, hi)
@@ -71,7 +71,7 @@ class _MapIterator(UnaryIterator):
         element = next(self._input)
         position = self._position
         self._position = position + 1
-        return _apply(self._fn, element, position)
+        return apply(self._fn, element, position)
 
 
 def _reader(node: MapNode, ctx, epoch: int):
@@ -81,7 +81,8 @@ def _reader(node: MapNode, ctx, epoch: int):
                               blocks.vectorized(node).compute)
 
 
-def _apply(fn, element, position: int):
+def apply(fn, element, position: int):
+    """A map's output for one element: the UDF's result, normalized (shared with batch)."""
     return _tree.normalize(udf.call(fn, element, "map", position), "map")
 
 
@@ -92,7 +93,7 @@ def _iterator(node: MapNode, ctx, epoch: int):
         # would only split its blocks.
         fn = node.fn
         return _planner.parallel_map(node, ctx, epoch,
-                                     lambda element, position: _apply(fn, element, position),
+                                     lambda element, position: apply(fn, element, position),
                                      threads, deterministic)
     if not node.vectorize:
         return _MapIterator(node, ctx, epoch)

@@ -18,8 +18,8 @@ from typing import Protocol
 
 from jdata._plan import Node
 from jdata.optimize import (auto_vectorize, filter_fusion, inject_prefetch,
-                            map_filter_fusion, map_fusion, noop_elimination, pushdown,
-                            reorder, repeat_by_index)
+                            map_batch_fusion, map_filter_fusion, map_fusion, noop_elimination,
+                            pushdown, reorder, repeat_by_index)
 
 
 class Rule(Protocol):
@@ -40,6 +40,7 @@ RULES: tuple[Rule, ...] = (
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),
     map_filter_fusion.MapFilterFusionRule(),  # after both: the fused map and filter fuse
+    map_batch_fusion.MapBatchFusionRule(),
     inject_prefetch.InjectPrefetchRule(),
 )
 

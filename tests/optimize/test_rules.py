@@ -332,3 +332,47 @@ def test_repeat_by_index_keeps_one_process_pool_for_every_pass():
     pids = {int(p) for p in take_list(ds)}
     assert os.getpid() not in pids
     assert 1 <= len(pids) <= 2  # unfused, each of the 5 passes started its own workers
+
+
+def test_a_parallel_map_fuses_into_its_batch_over_a_sequential_input():
+    ds = _generated(23).map(lambda x: x * 10, num_parallel_calls=2).batch(5)
+    result = _optimized(ds)
+    assert _ops(result.plan) == ["prefetch", "batch", "from_generator"]
+    assert "map_batch_fusion" in [f.rule for f in result.fired]
+    assert result.plan.input.map_fn is not None
+    batches = _same_with_and_without(ds)
+    assert [b.tolist() for b in batches][-1] == [200, 210, 220]
+    check_restore_at_every_step(ds)
+    dropped = _generated(23).map(lambda x: x * 10, num_parallel_calls=2).batch(5, True)
+    assert len(_same_with_and_without(dropped)) == 4
+    # Over a random-access input the batches are computed by index already.
+    assert "map_batch_fusion" not in [
+        f.rule for f in _optimized(jdata.range(9).map(abs, num_parallel_calls=2).batch(3)).fired]
+
+
+def test_map_batch_fusion_runs_the_map_in_worker_processes():
+    import os
+
+    ds = (_generated(12).map(lambda x: np.int64(os.getpid()), num_parallel_calls=2).batch(4)
+          .with_options(jdata.Options(engine="processes")))
+    assert "map_batch_fusion" in [f.rule for f in _optimized(ds).fired]
+    pids = {int(p) for b in take_list(ds) for p in b}
+    assert pids and os.getpid() not in pids
+
+
+def test_map_batch_fusion_keeps_errors_of_a_dropped_remainder_and_skips_ignore_errors():
+    def fails_at_21(x):
+        if x == 21:
+            raise ValueError("21")
+        return x
+
+    ds = _generated(23).map(fails_at_21, num_parallel_calls=2).batch(5, drop_remainder=True)
+    assert "map_batch_fusion" in [f.rule for f in _optimized(ds).fired]
+    for options in (None, OFF):
+        run = ds if options is None else ds.with_options(options)
+        with pytest.raises(jdata.UDFError) as raised:
+            take_list(run)
+        assert (raised.value.op, raised.value.position) == ("map", 21)
+    ignoring = _generated(23).map(fails_at_21, num_parallel_calls=2).batch(5).ignore_errors()
+    assert "map_batch_fusion" not in [f.rule for f in _optimized(ignoring).fired]
+    _same_with_and_without(ignoring)
