@@ -63,6 +63,7 @@ _CHAIN_OPS = {
     "take": lambda ds, a, b: ds.take(a + 5),
     "skip": lambda ds, a, b: ds.skip(a),
     "shard": lambda ds, a, b: ds.shard(a % 3 + 1, b % (a % 3 + 1)),
+    "repeat": lambda ds, a, b: ds.repeat().take(a + 7),
 }
 
 
