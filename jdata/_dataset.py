@@ -171,6 +171,7 @@ class Dataset:
         lines += _explain(result.plan, 0, ctx)
         for fired in result.fired:
             lines += ["", f"{fired.rule}, before:"] + _explain(fired.before, 1, ctx)
+            lines += [f"  ({note})" for note in fired.notes]
         return "\n".join(lines)
 
     def __repr__(self):

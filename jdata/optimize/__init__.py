@@ -17,17 +17,22 @@ import dataclasses
 from typing import Protocol
 
 from jdata._plan import Node
+from jdata.optimize.rewrite import Rewritten
 from jdata.optimize import (auto_vectorize, filter_fusion, inject_prefetch,
                             map_batch_fusion, map_filter_fusion, map_fusion, noop_elimination,
                             pushdown, reorder, repeat_by_index)
 
 
 class Rule(Protocol):
-    """A plan rewrite. ``name`` is what ``explain()`` reports when it fires."""
+    """A plan rewrite. ``name`` is what ``explain()`` reports when it fires.
+
+    ``apply`` returns the new plan, or a ``Rewritten`` with notes for
+    ``explain()`` (e.g. what the rule measured to decide).
+    """
 
     name: str
 
-    def apply(self, plan: Node, options) -> Node: ...
+    def apply(self, plan: Node, options) -> Node | Rewritten: ...
 
 
 # In order: removals first, so fusions see adjacent ops; the prefetch last.
@@ -52,6 +57,7 @@ class Fired:
     rule: str
     before: Node
     after: Node
+    notes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +72,10 @@ def optimize(plan: Node, options) -> Optimized:
         return Optimized(plan, ())
     fired, current = [], plan
     for rule in RULES:
-        rewritten = rule.apply(current, options)
+        rewritten, notes = rule.apply(current, options), ()
+        if isinstance(rewritten, Rewritten):
+            rewritten, notes = rewritten.plan, rewritten.notes
         if rewritten is not current:
-            fired.append(Fired(rule.name, current, rewritten))
+            fired.append(Fired(rule.name, current, rewritten, notes))
             current = rewritten
     return Optimized(current, tuple(fired))

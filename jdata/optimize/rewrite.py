@@ -9,6 +9,14 @@ from typing import Callable
 from jdata._plan import Node, is_node_collection
 
 
+@dataclasses.dataclass(frozen=True)
+class Rewritten:
+    """A rule's new plan with notes for ``explain()`` (e.g. what it measured)."""
+
+    plan: Node
+    notes: tuple[str, ...] = ()
+
+
 def with_inputs(node: Node, rewrite: Callable[[Node], Node]) -> Node:
     """``node`` with ``rewrite`` applied to each input; ``node`` itself if none changed."""
     changes = {}

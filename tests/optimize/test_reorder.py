@@ -116,3 +116,14 @@ def test_built_in_image_ops_reorder_on_images_of_varied_sizes():
           .random_map(image.random_flip(), jax.random.key(1)))
     assert _order(ds)[-1] == "random_crop"  # first, though written third
     assert_same_sequence(take_list(ds), take_list(ds.with_options(OFF)))
+
+
+def test_explain_shows_what_the_reordering_saved_on_the_first_elements():
+    big = np.zeros((4, 256, 256, 3), np.uint8)
+    ds = (jdata.from_tensor_slices(big).map(POINTWISE[0]).map(POINTWISE[1])
+          .map(jdata.declare(center_crop, selection=True)))
+    note = [line for line in ds.explain().splitlines() if "us per element" in line]
+    assert len(note) == 1 and "center_crop before normalize, to_float" in note[0]
+    before, after = (float(x.replace(",", "")) for x in
+                     note[0].split(": ")[1].split(" us")[0].split(" -> "))
+    assert after < before  # an 8x8 crop first: float work on 64 pixels, not 65,536
