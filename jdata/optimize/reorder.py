@@ -106,7 +106,7 @@ def _measured(selection: Node) -> str | None:
 
 
 def _short_name(fn) -> str:
-    return getattr(fn, "__name__", None) or udf_name(fn)
+    return udf_name(fn).split(".<locals>.")[-1]  # image.normalize(...)'s is "normalize"
 
 
 def _best_time(run, repeats: int = 3) -> float:
