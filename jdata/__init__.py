@@ -5,6 +5,7 @@ from jdata._constants import INFINITE as INFINITE
 from jdata._constants import UNKNOWN as UNKNOWN
 from jdata._dataset import Dataset as Dataset
 from jdata._declare import declare as declare
+from jdata._errors import DataError as DataError
 from jdata._errors import UDFError as UDFError
 from jdata._iterator import DatasetIterator as DatasetIterator
 from jdata._options import Options as Options
@@ -17,6 +18,10 @@ from jdata._sources import from_tensors as from_tensors
 from jdata._sources import range as range  # noqa: A004
 from jdata._sources import sample_from_datasets as sample_from_datasets
 from jdata._sources import zip as zip  # noqa: A004
+from jdata.io import from_array_record as from_array_record
+from jdata.io import from_text_lines as from_text_lines
+from jdata.io import from_tfrecord as from_tfrecord
+from jdata.io import list_files as list_files
 from jdata._spec import DatasetSpec as DatasetSpec
 from jdata._spec import TensorSpec as TensorSpec
 

@@ -19,3 +19,22 @@ class UDFError(Exception):
 
     def __reduce__(self):
         return UDFError, (self.op, self.position, self.__cause__)
+
+
+class DataError(UDFError):
+    """A record of a file could not be read: corrupt, truncated or undecodable.
+
+    ``path`` is the file, ``record`` the record's index in it, ``op`` the
+    source and ``position`` the element's position in the source's stream;
+    the reason is chained as ``__cause__``. ``ignore_errors()`` skips such
+    records (and counts them), as it skips elements whose UDF raised.
+    """
+
+    def __init__(self, op: str, position: int, path: str, record: int, cause: BaseException):
+        self.path, self.record = path, record
+        Exception.__init__(self, f"{op}: cannot read record {record} of {path}: {cause}")
+        self.op, self.position = op, position
+        self.__cause__ = cause
+
+    def __reduce__(self):
+        return DataError, (self.op, self.position, self.path, self.record, self.__cause__)

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from jdata import _planner
 from jdata._constants import UNKNOWN
-from jdata._errors import UDFError
+from jdata._errors import DataError, UDFError
 from jdata._plan import Node
 from jdata.runtime.iterator import UnaryIterator
 
@@ -40,12 +40,15 @@ class _IgnoreErrorsIterator(UnaryIterator):
     def __init__(self, node: IgnoreErrorsNode, ctx, epoch: int):
         super().__init__(_planner.make_iterator(node.input, ctx, epoch))
         self._log_warning = node.log_warning
+        self._dropped = ctx.autotuner().count_dropped("ignore_errors")
 
     def __next__(self):
         while True:
             try:
                 return next(self._input)
-            except UDFError as e:
+            except UDFError as e:  # DataError (an unreadable record) included
+                kind = "unreadable_records" if isinstance(e, DataError) else "udf_errors"
+                self._dropped[kind] += 1
                 if self._log_warning:
                     _LOGGER.warning("ignore_errors: dropped an element: %s", e)
 

@@ -122,6 +122,8 @@ class Autotuner:
         self._started = time.perf_counter()
         self.history: list[dict] = []
         self.samples: list[dict] = []
+        # Counts of elements dropped by ignore_errors ops: a dict each, updated in place.
+        self.dropped: list[dict] = []
 
     def register(self, iterator, label: str, tune_parallelism: bool, tune_buffer: bool) -> None:
         stats = iterator.stats
@@ -144,7 +146,14 @@ class Autotuner:
 
     def stats(self) -> PipelineStats:
         return PipelineStats.build([it.stats for it in self.live()], self.history,
-                                   self.samples, self.enabled)
+                                   self.samples, self.enabled,
+                                   [dict(d) for d in self.dropped])
+
+    def count_dropped(self, label: str) -> dict:
+        """A counter of elements an ``ignore_errors`` op dropped, shown by ``stats()``."""
+        counter = {"stage": label, "udf_errors": 0, "unreadable_records": 0}
+        self.dropped.append(counter)
+        return counter
 
     def stop(self) -> None:
         self._stop.set()

@@ -71,20 +71,23 @@ class PipelineStats:
     ``parallelism``, ``buffer_size``, ``buffered``, ``wait_fraction`` (of
     the consumer's time spent waiting for this stage), ``engine``,
     ``engine_reason``, and ``tuned_parallelism``/``tuned_buffer`` (whether
-    the autotuner owns that knob). ``history``: the autotuner's changes, as dicts with
-    ``time`` (seconds since the iterator started), ``stage``, ``knob``,
-    ``old``, ``new`` and ``predicted_wait_ms`` (the model's expected wait
-    per output element after the change). ``samples``: the knob values
+    the autotuner owns that knob). ``dropped``: per ``ignore_errors`` op,
+    ``udf_errors`` and ``unreadable_records`` skipped so far. ``history``:
+    the autotuner's changes, as dicts with ``time`` (seconds since the
+    iterator started), ``stage``, ``knob``, ``old``, ``new`` and
+    ``predicted_wait_ms`` (the model's expected wait per output element
+    after the change). ``samples``: the knob values
     after every optimization round, for plotting.
     """
 
     def __init__(self, rows: list[dict], history: list[dict], samples: list[dict],
-                 autotune: bool):
+                 autotune: bool, dropped: list[dict] | None = None):
         self.rows, self.history, self.samples, self.autotune = rows, history, samples, autotune
+        self.dropped = dropped or []
 
     @staticmethod
     def build(stats: list[OpStats], history: list[dict], samples: list[dict],
-              autotune: bool) -> PipelineStats:
+              autotune: bool, dropped: list[dict] | None = None) -> PipelineStats:
         now = time.perf_counter()
         rows = []
         for s in reversed(stats):  # stages register inputs first
@@ -97,7 +100,7 @@ class PipelineStats:
                 "engine": s.engine if s.kind == "workers" else "thread",
                 "engine_reason": s.engine_reason,
                 "tuned_parallelism": s.tune_parallelism, "tuned_buffer": s.tune_buffer})
-        return PipelineStats(rows, list(history), list(samples), autotune)
+        return PipelineStats(rows, list(history), list(samples), autotune, dropped)
 
     def table(self) -> str:
         """The rows as an aligned text table, then the engine reasons and the tuning."""
@@ -114,6 +117,10 @@ class PipelineStats:
         for r in self.rows:
             if r["engine_reason"]:
                 lines.append(f"engine of {r['stage'][:48]}: {r['engine']} ({r['engine_reason']})")
+        for d in self.dropped:
+            lines.append(f"{d['stage']}: dropped {d['udf_errors'] + d['unreadable_records']} "
+                         f"elements ({d['unreadable_records']} unreadable records, "
+                         f"{d['udf_errors']} UDF errors)")
         tuned = "on" if self.autotune else "off (Options(autotune=False))"
         lines.append(f"autotuner: {tuned}; * = tuned; {len(self.history)} changes")
         for h in self.history[-5:]:

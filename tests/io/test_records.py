@@ -1,0 +1,147 @@
+"""from_tfrecord and from_text_lines: real files, checksums, corruption, exact restore."""
+
+import gzip
+import os
+
+import fsspec
+import jax
+import pytest
+
+import jdata
+from jdata.io import records
+from tests.helpers import check_restore_at_every_step, take_list
+
+# Written by TensorFlow 2 (tf.io.TFRecordWriter): b"", b"a", b"hello world"; and, GZIP,
+# b"x" * 40, b"yz".
+TF_WRITTEN = bytes.fromhex(
+    "000000000000000029039807d8ea82a201000000000000000175de4161786ee4280b000000000000"
+    "008615f50468656c6c6f20776f726c64007ed86d")
+TF_WRITTEN_GZIP = bytes.fromhex(
+    "1f8b0800000000000003d3608080ff05625e154482e4e997de3041f555a8739b54561d5cf0683500"
+    "5376cb1c4a000000")
+
+
+def _write(path, data: bytes) -> str:
+    with open(path, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+def test_reads_files_written_by_tensorflow(tmp_path):
+    plain = _write(tmp_path / "a.tfrecord", TF_WRITTEN)
+    assert take_list(jdata.from_tfrecord(plain)) == [b"", b"a", b"hello world"]
+    zipped = _write(tmp_path / "b.tfrecord.gz", TF_WRITTEN_GZIP)
+    assert take_list(jdata.from_tfrecord(zipped, "GZIP")) == [b"x" * 40, b"yz"]
+
+
+def test_writes_what_tensorflow_writes(tmp_path):
+    path = str(tmp_path / "mine.tfrecord")
+    assert jdata.io.write_tfrecord(path, [b"", b"a", b"hello world"]) == 3
+    assert open(path, "rb").read() == TF_WRITTEN
+
+
+def _files(tmp_path, sizes=(5, 0, 7)):
+    paths = []
+    for f, n in enumerate(sizes):
+        path = str(tmp_path / f"part-{f}.tfrecord")
+        jdata.io.write_tfrecord(path, [f"{f}:{i}".encode() * (i + 1) for i in range(n)])
+        paths.append(path)
+    return paths
+
+
+def test_several_files_in_order_with_exact_restore_at_every_step(tmp_path):
+    paths = _files(tmp_path)
+    expected = [f"{f}:{i}".encode() * (i + 1) for f, n in enumerate((5, 0, 7)) for i in range(n)]
+    ds = jdata.from_tfrecord(paths)
+    check_restore_at_every_step(ds, expected)
+    glob = jdata.from_tfrecord(str(tmp_path / "part-*.tfrecord"))
+    assert take_list(glob) == expected
+    gz = str(tmp_path / "all.tfrecord.gz")
+    with gzip.open(gz, "wb") as f:
+        f.write(b"".join(open(p, "rb").read() for p in paths))
+    check_restore_at_every_step(jdata.from_tfrecord(gz, compression_type="gzip"), expected)
+
+
+def test_a_corrupt_record_names_the_file_and_ignore_errors_skips_only_it(tmp_path):
+    (path,) = _files(tmp_path, (6,))
+    data = bytearray(open(path, "rb").read())
+    data[12 + 3 + 16 * 0] ^= 0xFF  # a byte of record 0's data: its data checksum fails
+    _write(path, bytes(data))
+    with pytest.raises(jdata.DataError) as raised:
+        take_list(jdata.from_tfrecord(path))
+    error = raised.value
+    assert (error.path, error.record, error.position) == (path, 0, 0)
+    assert path in str(error) and "checksum" in str(error) and "byte 0" in str(error)
+    it = jdata.from_tfrecord(path).ignore_errors().iterator()
+    assert [r for r in it] == [b"0:%d" % i * (i + 1) for i in range(1, 6)]
+    assert it.stats().dropped == [
+        {"stage": "ignore_errors", "udf_errors": 0, "unreadable_records": 1}]
+    assert "1 unreadable records" in str(it.stats())
+
+
+def test_a_truncated_file_raises_once_then_the_next_file_is_read(tmp_path):
+    first, second = _files(tmp_path, (4, 3))
+    data = open(first, "rb").read()
+    _write(first, data[:-5])  # the last record loses its tail
+    ds = jdata.from_tfrecord([first, second])
+    got, errors = [], []
+    it = ds.iterator()
+    while True:
+        try:
+            got.append(next(it))
+        except StopIteration:
+            break
+        except jdata.DataError as e:
+            errors.append((e.path, e.record))
+    assert errors == [(first, 3)]
+    assert got == [b"0:0", b"0:1" * 2, b"0:2" * 3, b"1:0", b"1:1" * 2, b"1:2" * 3]
+    assert take_list(ds.ignore_errors()) == got
+    check_restore_at_every_step(ds.ignore_errors(), got)
+
+
+def test_missing_files_and_bad_arguments_fail_when_built(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no file at .*nope.tfrecord"):
+        jdata.from_tfrecord(str(tmp_path / "nope.tfrecord"))
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        jdata.from_text_lines(str(tmp_path / "*.txt"))
+    with pytest.raises(ValueError, match="compression_type='ZLIB'"):
+        jdata.from_tfrecord(_files(tmp_path, (1,))[0], compression_type="ZLIB")
+    with pytest.raises(TypeError, match="must be a str"):
+        jdata.from_text_lines([3])
+
+
+def test_text_lines_drop_line_endings_and_resume_exactly(tmp_path):
+    a = _write(tmp_path / "a.txt", b"one\r\ntwo\n\nthree")
+    b = _write(tmp_path / "b.txt", b"")
+    c = _write(tmp_path / "c.txt", "vier\nf\u00fcnf\n".encode())
+    expected = [b"one", b"two", b"", b"three", b"vier", "f\u00fcnf".encode()]
+    check_restore_at_every_step(jdata.from_text_lines([a, b, c]), expected)
+
+
+def test_memory_filesystem_urls(tmp_path):
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/jdata-test/x.txt", b"alpha\nbeta\n")
+    fs.pipe("/jdata-test/y.tfrecord", TF_WRITTEN)
+    assert take_list(jdata.from_text_lines("memory://jdata-test/x.txt")) == [b"alpha", b"beta"]
+    assert take_list(jdata.from_tfrecord("memory://jdata-test/*.tfrecord"))[2] == b"hello world"
+    with pytest.raises(FileNotFoundError, match="memory://jdata-test/z.txt"):
+        jdata.from_text_lines("memory://jdata-test/z.txt")
+
+
+def test_list_files_then_interleave_reads_files_in_parallel_exactly(tmp_path):
+    paths = _files(tmp_path, (6, 3, 5, 4))
+    files = jdata.list_files(str(tmp_path / "*.tfrecord"))
+    assert [os.path.basename(str(p)) for p in files] == [os.path.basename(p) for p in paths]
+    ds = files.interleave(jdata.from_tfrecord, cycle_length=2, num_parallel_calls=2)
+    records_read = take_list(ds)
+    assert sorted(records_read) == sorted(r for p in paths for r in take_list(
+        jdata.from_tfrecord(p)))
+    check_restore_at_every_step(ds, records_read)
+    shuffled = jdata.list_files(str(tmp_path / "*.tfrecord"), key=jax.random.key(0))
+    epochs = take_list(shuffled.repeat(2))
+    assert sorted(epochs[:4]) == sorted(epochs[4:]) == sorted(str(p) for p in paths)
+
+
+def test_masked_crc_matches_the_tfrecord_format():
+    # The masked CRC-32C of the 8-byte length 0, from the first TensorFlow record above.
+    assert records.masked_crc(b"\0" * 8) == int.from_bytes(TF_WRITTEN[8:12], "little")
