@@ -1,13 +1,14 @@
 """``make bench``: jdata against tf.data, grain and PyTorch on the same work, in one run.
 
-Each workload (``overhead``, ``nlp``, ``cv``, ``feed``, ``optimizer``; one module each) defines
-the same pipeline for every system with that system's best configuration we
-know of (each module says which). For the pipeline workloads we print items/sec
-and jdata's ratio to each peer and to the best peer; for ``feed`` (a JAX model's
-training step fed by each pipeline) steps/sec, the fraction of it spent waiting
-for input, and the ratio to an ideal pipeline; for ``optimizer`` jdata's rewrites
-against jdata without them. Absolute times on a shared
-machine are noise; compare ratios within one run.
+Each workload (``overhead``, ``nlp``, ``cv``, ``feed``, ``optimizer``, ``storage``;
+one module each) defines the same pipeline for every system with that system's
+best configuration we know of (each module says which). For the pipeline
+workloads (``storage``: jdata and grain only) we print items/sec and jdata's ratio
+to each peer and to the best peer; for ``feed`` (a JAX model's training step fed
+by each pipeline) steps/sec, the fraction of it spent waiting for input, and
+the ratio to an ideal pipeline; for ``optimizer`` jdata's rewrites against jdata
+without them. Absolute times on a shared machine are noise; compare ratios
+within one run.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks import cv, feed, nlp, optimizer, overhead
+from benchmarks import cv, feed, nlp, optimizer, overhead, storage
 
-WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer}
+WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer,
+             "storage": storage}
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 

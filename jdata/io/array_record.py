@@ -73,6 +73,8 @@ class _Reader:
     """Record ``i`` of the concatenated files; one ArrayRecord reader per file, opened on
     first use (by one thread: several read at once in parallel pipelines)."""
 
+    prefers_blocks = True  # batched range reads: iterators read it a block at a time
+
     def __init__(self, node: ArrayRecordNode, ctx, epoch: int):
         self._paths = node.paths
         self._starts = [0, *np.cumsum(node.lengths).tolist()]

@@ -44,6 +44,7 @@ class MapNode(Node):
 class _MapReader:
     def __init__(self, node: MapNode, ctx, epoch: int):
         self._input = _planner.make_reader(node.input, ctx, epoch)
+        self.prefers_blocks = getattr(self._input, "prefers_blocks", False)
         self._fn = node.fn
 
     def __len__(self) -> int:

@@ -39,6 +39,7 @@ class SkipNode(Node):
 class _SkipReader:
     def __init__(self, node: SkipNode, ctx, epoch: int):
         self._input = _planner.make_reader(node.input, ctx, epoch)
+        self.prefers_blocks = getattr(self._input, "prefers_blocks", False)
         n = len(self._input)
         self._offset = n if node.count < 0 else min(n, node.count)
         self._len = n - self._offset

@@ -40,6 +40,7 @@ class TakeNode(Node):
 class _TakeReader:
     def __init__(self, node: TakeNode, ctx, epoch: int):
         self._input = _planner.make_reader(node.input, ctx, epoch)
+        self.prefers_blocks = getattr(self._input, "prefers_blocks", False)
         n = len(self._input)
         self._len = n if node.count < 0 else min(n, node.count)
 

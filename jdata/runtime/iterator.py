@@ -26,6 +26,8 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, Protocol
 
+from jdata.runtime.stats import element_bytes
+
 
 class Iterator:
     """Base class of physical iterators."""
@@ -92,20 +94,62 @@ def read_each(reader: Reader, lo: int, hi: int) -> tuple[list, Exception | None]
     return elements, None
 
 
+# Elements an IndexIterator reads ahead through its reader's read_block: the first
+# block, the largest, and the bytes a block may hold before it stops growing.
+_MIN_BLOCK = 8
+_MAX_BLOCK = 1024
+_MAX_BLOCK_BYTES = 8 << 20
+
+
 class IndexIterator(Iterator):
-    """Iterates a reader in index order; its state is the next index."""
+    """Iterates a reader in index order; its state is the next index.
+
+    A reader whose ``prefers_blocks`` is true (a file source, and maps, takes
+    and skips over one) is read a block at a time through ``read_block`` (8
+    elements, then twice as many each time up to 1024 or 8 MB), so a file's
+    batched reads serve plain iteration too; UDFs above it then run up to a
+    block ahead of the consumer. Other readers are read an element at a
+    time. The buffer is keyed by index: moving ``index`` (a restore) needs no
+    flush.
+    """
 
     def __init__(self, reader: Reader):
         self.reader = reader
         self.index = 0
         self._len = len(reader)
+        self._read_block = (getattr(reader, "read_block", None)
+                            if getattr(reader, "prefers_blocks", False) else None)
+        self._start, self._buffer = 0, []
+        self._error_at, self._error = -1, None  # the failing index after the buffer
+        self._block = _MIN_BLOCK
 
     def __next__(self):
         i = self.index
         if i >= self._len:
             raise StopIteration
         self.index = i + 1  # before reading, so a failing element is skipped on retry
-        return self.reader[i]
+        offset = i - self._start
+        if 0 <= offset < len(self._buffer):
+            return self._buffer[offset]
+        if self._read_block is None:
+            return self.reader[i]
+        if i != self._error_at:
+            self._fill(i)
+            if self._buffer:
+                return self._buffer[0]
+            if i != self._error_at:  # a reader that read nothing and said nothing
+                return self.reader[i]
+        error, self._error_at, self._error = self._error, -1, None
+        raise error
+
+    def _fill(self, lo: int) -> None:
+        hi = min(self._len, lo + self._block)
+        elements, error = self._read_block(lo, hi)
+        self._start, self._buffer = lo, elements
+        self._error_at, self._error = (lo + len(elements), error) if error else (-1, None)
+        if elements and self._block < _MAX_BLOCK and (
+                element_bytes(elements[0]) * self._block < _MAX_BLOCK_BYTES):
+            self._block *= 2
 
     def get_state(self):
         return {"index": self.index}

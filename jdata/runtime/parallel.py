@@ -178,7 +178,24 @@ class IndexJob:
         return reader
 
     def __call__(self, indices: list[int]) -> list[_Outcome]:
-        return _compute_all(self.reader().__getitem__, indices)
+        reader = self.reader()
+        read_block = getattr(reader, "read_block", None)
+        if read_block is None or indices[-1] - indices[0] != len(indices) - 1:
+            return _compute_all(reader.__getitem__, indices)
+        # Consecutive indices: one block read (a file's batched read, a map's tight loop),
+        # going on after each failing element as element-by-element reads would.
+        out: list[_Outcome] = []
+        lo, hi = indices[0], indices[-1] + 1
+        while lo < hi:
+            elements, error = read_block(lo, hi)
+            if not elements and error is None:  # never by contract; never loop on it
+                return out + _compute_all(reader.__getitem__, range(lo, hi))
+            out.extend(map(_Outcome, elements))
+            lo += len(elements)
+            if error is not None:
+                out.append(_Outcome(error=error))
+                lo += 1
+        return out
 
     def __reduce__(self):
         return IndexJob, (self._make_reader,)

@@ -117,3 +117,21 @@ def test_memory_filesystem_url(tmp_path):
     fsspec.filesystem("memory").pipe("/jdata-ar/m.array_record", open(local, "rb").read())
     assert take_list(jdata.from_array_record("memory://jdata-ar/m.array_record")) == \
         _records(3, 12)
+
+
+def test_maps_over_records_read_in_blocks_fail_and_restore_per_element(shards):
+    paths, expected = shards
+
+    def size(record):
+        if record.startswith(b"0-7-"):
+            raise ValueError("bad record 7")
+        return len(record)
+
+    ds = jdata.from_array_record(paths).map(size)
+    with pytest.raises(jdata.UDFError) as raised:
+        take_list(ds)
+    assert (raised.value.op, raised.value.position) == ("map", 7)
+    kept = [len(r) for r in expected if not r.startswith(b"0-7-")]
+    assert [int(x) for x in check_restore_at_every_step(ds.ignore_errors())] == kept
+    parallel = ds.map(lambda x: x, num_parallel_calls=2).ignore_errors()
+    assert [int(x) for x in take_list(parallel)] == kept

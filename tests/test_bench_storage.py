@@ -1,0 +1,15 @@
+"""The storage benchmark's file and jdata's reading of it."""
+
+from array_record.python import array_record_data_source
+
+from benchmarks import storage
+
+
+def test_jdata_reads_every_record_of_the_benchmark_file():
+    path = storage.prepare(scale=0.02)
+    n = storage.items(path)
+    assert n == 400
+    records = list(storage.jdata_pipeline(path))
+    source = array_record_data_source.ArrayRecordDataSource([path])
+    assert records == [source[i] for i in range(n)]
+    assert all(200 <= len(r) <= 2048 for r in records)
