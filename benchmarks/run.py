@@ -132,6 +132,11 @@ def main(argv=None) -> None:
             run_feed(args.scale, args.systems)
         elif name == "optimizer":
             optimizer.report(args.scale, args.repeats)
+        elif name == "storage":
+            run_workload(name, storage, args.scale, args.repeats, args.systems, False)
+            two, every = storage.parquet_projection(args.scale, args.repeats)
+            print(f"  parquet: 2 of 20 columns {two:,.0f} rows/s, all {every:,.0f} rows/s: "
+                  f"{two / every:.2f}x (target >= 5x)")
         else:
             run_workload(name, WORKLOADS[name], args.scale, args.repeats, args.systems,
                          not args.no_tuning)

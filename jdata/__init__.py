@@ -19,6 +19,7 @@ from jdata._sources import range as range  # noqa: A004
 from jdata._sources import sample_from_datasets as sample_from_datasets
 from jdata._sources import zip as zip  # noqa: A004
 from jdata.io import from_array_record as from_array_record
+from jdata.io import from_parquet as from_parquet
 from jdata.io import from_text_lines as from_text_lines
 from jdata.io import from_tfrecord as from_tfrecord
 from jdata.io import list_files as list_files

@@ -1,4 +1,4 @@
-"""File sources: ArrayRecord, TFRecord and text files, and file lists (``pip install
+"""File sources: ArrayRecord, TFRecord, text and Parquet files, and file lists (``pip install
 'jdata[io]'``). Re-exported as ``jdata.from_array_record`` and so on.
 
 Paths may be local paths, glob patterns or fsspec URLs (``gs://``, ``s3://``,
@@ -14,9 +14,12 @@ fail when the dataset is built, naming the path.
 
 from __future__ import annotations
 
+import numpy as np
+
 from jdata._dataset import Dataset
 from jdata.io import _paths
 from jdata.io import array_record as _array_record
+from jdata.io import parquet as _parquet
 from jdata.io import records as _records
 from jdata.io.records import write_tfrecord as write_tfrecord
 
@@ -64,6 +67,45 @@ def from_text_lines(paths, compression_type: str | None = None) -> Dataset:
     op = "from_text_lines"
     return Dataset(_records.TextLinesNode(_paths.expand(paths, op),
                                           _compression(compression_type, op)))
+
+
+def from_parquet(paths, columns=None, row_groups=None) -> Dataset:
+    """The rows of Parquet files as dicts ``{column: value}``, with random access.
+
+    Only ``columns`` (a list of names; all if ``None``) are read from storage
+    (the tf.data paper's projection pushdown). Numbers and booleans become
+    NumPy scalars, strings ``str``, binary ``bytes``, lists NumPy arrays; a
+    null in a float column is NaN, elsewhere it fails its row with a
+    ``jdata.DataError`` (``ignore_errors()`` skips the row). ``row_groups``
+    (indices) reads only those row groups of each file: with
+    ``parquet_row_groups`` it shards a dataset by row group::
+
+        jdata.io.parquet_row_groups(files).shard(n, i).interleave(
+            lambda path, group: jdata.from_parquet(path, columns, row_groups=[group]))
+    """
+    op = "from_parquet"
+    files = _paths.expand(paths, op)
+    if columns is not None:
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise TypeError(f"{op}: columns={columns!r} must be a list of column names")
+        columns = tuple(columns)
+        if not columns:
+            raise ValueError(f"{op}: columns=[] reads nothing; pass None for every column")
+    if row_groups is not None:
+        row_groups = tuple(int(g) for g in np.atleast_1d(row_groups))
+    return Dataset(_parquet.ParquetNode(files, columns,
+                                        _parquet.row_groups(files, columns, row_groups)))
+
+
+def parquet_row_groups(paths) -> Dataset:
+    """``(path, row group index)`` of every row group of the files, in order: the splits to
+    shard or hand out by row group (see ``from_parquet``)."""
+    files = _paths.expand(paths, "parquet_row_groups")
+    splits = [(files[f], g) for f, g, _ in _parquet.row_groups(files, None, None)]
+    from jdata._sources import from_tensor_slices
+
+    return from_tensor_slices(([p for p, _ in splits], np.array([g for _, g in splits],
+                                                                  np.int64)))
 
 
 def list_files(pattern, key=None) -> Dataset:

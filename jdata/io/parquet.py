@@ -1,0 +1,197 @@
+"""from_parquet: rows of Parquet files as dicts, reading only the columns asked for.
+See ``jdata.from_parquet``."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from jdata import _planner
+from jdata._errors import DataError
+from jdata._plan import Node
+from jdata.io import _paths
+from jdata.runtime import probe
+
+_OP = "from_parquet"
+
+
+def _pq():
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise ImportError(f"{_OP} needs pyarrow: pip install 'jdata[io]'") from e
+    return pq
+
+
+def open_file(path: str):
+    source = path if not _paths._is_url(path) else _paths.open_binary(path)
+    return _pq().ParquetFile(source)
+
+
+def _check_type(name: str, arrow_type) -> None:
+    import pyarrow.types as t
+
+    while t.is_list(arrow_type) or t.is_large_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    if not (t.is_integer(arrow_type) or t.is_floating(arrow_type) or t.is_boolean(arrow_type)
+            or t.is_string(arrow_type) or t.is_large_string(arrow_type)
+            or t.is_binary(arrow_type) or t.is_large_binary(arrow_type)):
+        raise ValueError(f"{_OP}: column {name!r} has type {arrow_type}; jdata reads numeric, "
+                         "boolean, string and binary columns and lists of them")
+
+
+def row_groups(paths: tuple, columns, only: tuple | None) -> tuple:
+    """``(file index, row group, rows)`` of each row group to read; checks the columns."""
+    groups = []
+    for f, path in enumerate(paths):
+        try:
+            metadata = open_file(path).metadata
+        except ImportError:
+            raise
+        except Exception as e:
+            raise ValueError(f"{_OP}: {path} is not a readable Parquet file ({e})") from e
+        schema = metadata.schema.to_arrow_schema()
+        names = schema.names
+        for name in columns if columns is not None else names:
+            if name not in names:
+                raise ValueError(f"{_OP}: {path} has no column {name!r}; it has {names}")
+            _check_type(name, schema.field(name).type)
+        wanted = range(metadata.num_row_groups) if only is None else only
+        for g in wanted:
+            if not 0 <= g < metadata.num_row_groups:
+                raise ValueError(f"{_OP}: {path} has {metadata.num_row_groups} row groups; "
+                                 f"there is no row group {g}")
+            groups.append((f, int(g), metadata.row_group(g).num_rows))
+    return tuple(groups)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ParquetNode(Node):
+    """See ``jdata.from_parquet``. ``groups``: ``(file index, row group, rows)`` in order."""
+
+    paths: tuple
+    columns: tuple | None
+    groups: tuple
+    op_name: ClassVar[str] = _OP
+
+    def cardinality(self) -> int:
+        return sum(rows for _, _, rows in self.groups)
+
+    def random_access(self) -> bool:
+        return True
+
+    def compute_spec(self):
+        return probe.leading_spec(self, _OP)
+
+    def __str__(self):
+        columns = "all" if self.columns is None else list(self.columns)
+        return (f"FromParquet(files={len(self.paths)}, row_groups={len(self.groups)}, "
+                f"rows={self.cardinality()}, columns={columns})")
+
+
+class _Reader:
+    """Rows by index; the row group last read is kept as NumPy columns."""
+
+    prefers_blocks = True
+
+    def __init__(self, node: ParquetNode, ctx, epoch: int):
+        self._node = node
+        self._starts = [0, *np.cumsum([rows for _, _, rows in node.groups]).tolist()]
+        self._files: dict[int, object] = {}
+        self._cached: tuple | None = None  # (group, names, NumPy columns, null masks)
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def _group(self, g: int) -> tuple:
+        """``(names, NumPy columns, (rows with a null or None, per-column null masks))``."""
+        cached = self._cached
+        if cached is not None and cached[0] == g:
+            return cached[1:]
+        f, group, _ = self._node.groups[g]
+        path = self._node.paths[f]
+        try:
+            parquet = self._files.get(f)
+            if parquet is None:
+                parquet = self._files[f] = open_file(path)
+            columns = None if self._node.columns is None else list(self._node.columns)
+            table = parquet.read_row_group(group, columns=columns)
+        except Exception as e:
+            raise DataError(_OP, self._starts[g], path, group,
+                            ValueError(f"row group {group} cannot be read: {e}")) from e
+        names, arrays, masks = table.column_names, [], {}
+        for name, column in zip(names, table.columns):
+            if column.null_count and not _is_float(column.type):
+                # The rows with a null fail (below); the others keep the column's dtype.
+                masks[name] = column.is_null().to_numpy(zero_copy_only=False)
+                column = column.fill_null(_placeholder(column.type))
+            arrays.append(column.to_numpy(zero_copy_only=False))
+        nulls = np.logical_or.reduce(list(masks.values())) if masks else None
+        self._cached = (g, names, arrays, (nulls, masks))
+        return names, arrays, (nulls, masks)
+
+    def _null_error(self, g: int, row: int, masks: dict) -> DataError:
+        f, group, _ = self._node.groups[g]
+        null = [name for name, mask in masks.items() if mask[row]]
+        return DataError(_OP, self._starts[g] + row, self._node.paths[f], row,
+                         ValueError(f"row {row} of row group {group} has a null in "
+                                    f"{null}; jdata elements cannot hold None (fill nulls "
+                                    "when writing, or skip such rows with ignore_errors())"))
+
+    def __getitem__(self, index: int) -> dict:
+        elements, error = self.read_block(index, index + 1)
+        if error is not None:
+            raise error
+        return elements[0]
+
+    def read_block(self, lo: int, hi: int):
+        out: list = []
+        while lo < hi:
+            g = bisect.bisect_right(self._starts, lo) - 1
+            end = min(hi, self._starts[g + 1])
+            try:
+                names, arrays, (nulls, masks) = self._group(g)
+            except DataError as e:
+                return out, e
+            first, last = lo - self._starts[g], end - self._starts[g]
+            stop = last
+            if nulls is not None and nulls[first:last].any():
+                stop = first + int(np.argmax(nulls[first:last]))
+            rows: list[dict] = [{} for _ in range(stop - first)]
+            for name, array in zip(names, arrays):  # column by column: 2.5x dict(zip(...))
+                for row, value in zip(rows, array[first:stop]):
+                    row[name] = value
+            out.extend(rows)
+            if stop < last:
+                return out, self._null_error(g, stop, masks)
+            lo = end
+        return out, None
+
+
+def _placeholder(arrow_type):
+    import pyarrow as pa
+    import pyarrow.types as t
+
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type):
+        value = []
+    elif t.is_string(arrow_type) or t.is_large_string(arrow_type):
+        value = ""
+    elif t.is_binary(arrow_type) or t.is_large_binary(arrow_type):
+        value = b""
+    elif t.is_boolean(arrow_type):
+        value = False
+    else:
+        value = 0
+    return pa.scalar(value, arrow_type)
+
+
+def _is_float(arrow_type) -> bool:
+    import pyarrow.types as t
+
+    return t.is_floating(arrow_type)  # nulls read as NaN, as pandas reads them
+
+
+_planner.register(ParquetNode, reader=_Reader)

@@ -1,0 +1,99 @@
+"""from_parquet: column projection, row groups as splits, nulls, exact restore."""
+
+import fsspec
+import jax
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import jdata
+from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+
+
+def _table(n: int, start: int = 0) -> pa.Table:
+    ids = np.arange(start, start + n)
+    return pa.table({
+        "id": ids, "score": ids * 0.5, "name": [f"row{i}" for i in ids],
+        "blob": [bytes([i % 256]) * (i % 5) for i in ids],
+        "tokens": [list(range(i % 4)) for i in ids], "flag": ids % 2 == 0})
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = []
+    for f, (n, start) in enumerate([(25, 0), (7, 25)]):
+        path = str(tmp_path / f"part-{f}.parquet")
+        pq.write_table(_table(n, start), path, row_group_size=10)
+        paths.append(path)
+    return paths
+
+
+def test_rows_as_dicts_of_numpy_values_with_exact_restore(files):
+    ds = jdata.from_parquet(files)
+    assert len(ds) == 32
+    rows = check_restore_at_every_step(ds)
+    assert [int(r["id"]) for r in rows] == list(range(32))
+    r = rows[7]
+    assert r["name"] == "row7" and r["blob"] == b"\x07\x07" and r["flag"] == np.bool_(False)
+    assert r["tokens"].tolist() == [0, 1, 2] and r["score"] == np.float64(3.5)
+    assert ds.element_spec["tokens"] == jdata.TensorSpec((None,), np.int64)
+    assert "FromParquet(files=2, row_groups=4, rows=32, columns=all)" in ds.explain()
+
+
+def test_only_the_columns_asked_for_are_read(files):
+    ds = jdata.from_parquet(files, columns=["name", "id"])
+    rows = take_list(ds)
+    assert all(set(r) == {"name", "id"} for r in rows)
+    assert [r["name"] for r in rows] == [f"row{i}" for i in range(32)]
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        jdata.from_parquet(files, columns=["id", "nope"])
+    with pytest.raises(TypeError, match="list of column names"):
+        jdata.from_parquet(files, columns="id")
+
+
+def test_row_groups_are_splits_to_shard_and_interleave(files):
+    splits = jdata.io.parquet_row_groups(files)
+    assert [(str(p).rsplit("/", 1)[1], int(g)) for p, g in splits] == [
+        ("part-0.parquet", 0), ("part-0.parquet", 1), ("part-0.parquet", 2),
+        ("part-1.parquet", 0)]
+    shards = []
+    for i in range(2):
+        ds = splits.shard(2, i).interleave(
+            lambda path, group: jdata.from_parquet(path, ["id"], row_groups=[group]),
+            cycle_length=2, num_parallel_calls=2)
+        shards.append([int(r["id"]) for r in check_restore_at_every_step(ds)])
+    assert sorted(shards[0] + shards[1]) == list(range(32))
+    assert set(shards[0]).isdisjoint(shards[1])
+    with pytest.raises(ValueError, match="no row group 5"):
+        jdata.from_parquet(files[0], row_groups=[5])
+
+
+def test_full_shuffle_and_parallel_reads(files):
+    ds = jdata.from_parquet(files, ["id"]).shuffle(jax.random.key(1)).map(
+        lambda r: r["id"] * 2, num_parallel_calls=2)
+    out = [int(x) for x in take_list(ds)]
+    assert sorted(out) == [2 * i for i in range(32)] and out != sorted(out)
+
+
+def test_nulls_fail_their_row_except_in_float_columns(tmp_path):
+    path = str(tmp_path / "nulls.parquet")
+    pq.write_table(pa.table({"i": pa.array([1, None, 3, 4], pa.int64()),
+                             "x": pa.array([0.5, 1.5, None, 2.5])}), path)
+    with pytest.raises(jdata.DataError) as raised:
+        take_list(jdata.from_parquet(path))
+    assert raised.value.position == 1 and "null in ['i']" in str(raised.value)
+    kept = take_list(jdata.from_parquet(path).ignore_errors())
+    assert [int(r["i"]) for r in kept] == [1, 3, 4]
+    assert np.isnan(kept[1]["x"]) and kept[0]["i"].dtype == np.int64
+    assert take_list(jdata.from_parquet(path, ["x"]))[1]["x"] == 1.5
+
+
+def test_bad_files_fail_when_built_and_memory_urls_work(tmp_path, files):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(ValueError, match="bad.parquet is not a readable Parquet file"):
+        jdata.from_parquet(str(bad))
+    fsspec.filesystem("memory").pipe("/jdata-pq/a.parquet", open(files[1], "rb").read())
+    assert_same_sequence(take_list(jdata.from_parquet("memory://jdata-pq/a.parquet")),
+                         take_list(jdata.from_parquet(files[1])))
