@@ -137,6 +137,9 @@ def main(argv=None) -> None:
             two, every = storage.parquet_projection(args.scale, args.repeats)
             print(f"  parquet: 2 of 20 columns {two:,.0f} rows/s, all {every:,.0f} rows/s: "
                   f"{two / every:.2f}x (target >= 5x)")
+            first, second = storage.cache_epochs(args.scale)
+            print(f"  cache(filename) over JPEG decode+resize: first epoch {first:.2f} s, "
+                  f"second {second:.2f} s: {first / second:.1f}x (target >= 5x)")
         else:
             run_workload(name, WORKLOADS[name], args.scale, args.repeats, args.systems,
                          not args.no_tuning)

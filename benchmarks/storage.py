@@ -89,3 +89,26 @@ def parquet_projection(scale: float, repeats: int) -> tuple[float, float]:
         return best
 
     return rate(["c00", "c01"]), rate(None)
+
+
+def cache_epochs(scale: float) -> tuple[float, float]:
+    """``(first epoch seconds, second epoch seconds)`` of the cv workload's JPEG decode and
+    resize (a 256-px short side, ``uint8``) behind ``cache(filename)``: the first pass
+    decodes and writes, the second reads the directory back."""
+    import time
+
+    import jdata
+    from benchmarks import cv
+
+    jpegs = cv.prepare(scale)
+    directory = tempfile.mkdtemp(prefix="jdata-bench-")
+    atexit.register(shutil.rmtree, directory, True)
+    ds = (jdata.from_source(jpegs).map(lambda j: np.asarray(cv.decode_resized(j)))
+          .cache(os.path.join(directory, "cache")))
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        for _ in ds:
+            pass
+        times.append(time.perf_counter() - start)
+    return times[0], times[1]

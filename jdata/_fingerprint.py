@@ -34,7 +34,11 @@ class _Hasher:
             self._h.update(data)
 
     def value(self, v) -> None:
-        if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+        if isinstance(v, bytes):  # raw: repr of a large record costs 10x its hashing
+            self._put("bytes", v)
+        elif isinstance(v, str):
+            self._put("str", v.encode("utf-8", "surrogatepass"))
+        elif v is None or isinstance(v, (bool, int, float, complex)):
             self._put(type(v).__name__, repr(v))
         elif isinstance(v, (np.ndarray, np.generic)):
             arr = np.asarray(v)

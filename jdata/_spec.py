@@ -56,6 +56,9 @@ def _merge_leaf(a: TensorSpec, b: TensorSpec) -> TensorSpec:
 
 def merge(a, b):
     """The most specific spec compatible with both ``a`` and ``b``."""
+    if _tree.structure(a) != _tree.structure(b):
+        raise ValueError(f"elements have different structures: {a} and {b}; every element "
+                         "of a dataset must have the same structure")
     return _tree.map(_merge_leaf, a, b)
 
 

@@ -108,6 +108,24 @@ def parquet_row_groups(paths) -> Dataset:
                                                                   np.int64)))
 
 
+def load(path) -> Dataset:
+    """The elements a ``Dataset.save(path)`` wrote, in order, with random access.
+
+    Reads the directory's ArrayRecord shards and rebuilds each element
+    (dicts, tuples, lists, namedtuples of NumPy arrays and scalars, bytes
+    and str); no pickle is involved, so loading never runs code. Fails at
+    once, naming the path, if there is no complete saved dataset there.
+    """
+    from jdata.io import saved
+
+    path = _paths.as_path(path, "load")
+    metadata = saved.read_metadata(path)
+    if metadata is None:
+        raise FileNotFoundError(f"load: no saved dataset at {path!r} (no "
+                                f"{saved.METADATA}; an interrupted save leaves none)")
+    return Dataset(saved.reader_node(path, metadata))
+
+
 def list_files(pattern, key=None) -> Dataset:
     """The files matching ``pattern`` (a glob, or a list of globs), as ``str`` paths.
 

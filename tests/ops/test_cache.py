@@ -264,9 +264,11 @@ def test_element_spec_and_cardinality():
     assert jdata.range(3).repeat().cache().cardinality() == jdata.INFINITE
 
 
-def test_filename_is_not_supported_yet():
-    with pytest.raises(NotImplementedError, match="filename"):
-        jdata.range(3).cache("/tmp/x")
+def test_a_filename_caches_to_that_directory(tmp_path):
+    # The file cache itself is tested in tests/io/test_saved.py.
+    directory = tmp_path / "cache"
+    assert [int(x) for x in jdata.range(3).cache(str(directory))] == [0, 1, 2]
+    assert (directory / "jdata_metadata.json").exists()
 
 
 def test_an_infinite_input_keeps_nothing_in_memory():

@@ -1,0 +1,153 @@
+"""Directories of saved elements: ``save``/``load``, ``cache(filename)`` and ``snapshot``.
+
+A directory holds ArrayRecord shards (``data-00000.array_record``...) of
+records in ``jdata.io.codec``'s format, and ``jdata_metadata.json``: the
+element structure, the element spec as text, the writing pipeline's
+fingerprint, the element count and the shards. Writers fill a temporary
+directory beside the target and rename it into place once complete, so a
+directory at the target is always complete: an interrupted pass leaves
+only a ``<name>.tmp-*`` directory (removed when the writer can clean up),
+and of concurrent writers the first to finish wins, the others discard
+their copies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+
+from jdata import _spec
+from jdata.io import codec
+
+METADATA = "jdata_metadata.json"
+FORMAT = "jdata.save/1"
+_SHARD_BYTES = 256 << 20
+_LOGGER = logging.getLogger("jdata")
+
+
+def _local(path, op: str) -> str:
+    path = os.fspath(path)
+    if "://" in path and not path.startswith("file://"):
+        raise ValueError(f"{op}: {path!r}: jdata writes to local directories only, so far")
+    return path.removeprefix("file://")
+
+
+class DirectoryWriter:
+    """Writes elements to a temporary directory; ``publish`` renames it to ``final``."""
+
+    def __init__(self, final: str, fingerprint: str, op: str):
+        from jdata.io.array_record import _module
+
+        self._module = _module()
+        self.final, self._op = os.path.abspath(_local(final, op)), op
+        parent = os.path.dirname(self.final)
+        os.makedirs(parent, exist_ok=True)
+        self._tmp = tempfile.mkdtemp(prefix=os.path.basename(self.final) + ".tmp-", dir=parent)
+        self._fingerprint, self._spec = fingerprint, "unknown (no elements)"
+        self._shards: list[dict] = []
+        self._writer = None
+        self._shard_bytes = 0
+        self._structure, self._first = None, True
+        self.count = self.bytes = 0
+
+    def _rotate(self) -> None:
+        self._close_shard()
+        name = f"data-{len(self._shards):05d}.array_record"
+        self._writer = self._module.ArrayRecordWriter(os.path.join(self._tmp, name),
+                                                      "group_size:1")
+        self._shards.append({"file": name, "records": 0})
+        self._shard_bytes = 0
+
+    def _close_shard(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def write(self, element) -> None:
+        structure = codec.describe(element)
+        if self._first:
+            self._structure, self._first = structure, False
+            self._spec = str(_spec.spec_of(element))
+        elif structure != self._structure:
+            raise ValueError(f"{self._op}: element {self.count} has structure {structure}, "
+                             f"but the first had {self._structure}; every element must have "
+                             "the same structure")
+        data = codec.encode(element)
+        if self._writer is None or self._shard_bytes >= _SHARD_BYTES:
+            self._rotate()
+        self._writer.write(data)
+        self._shards[-1]["records"] += 1
+        self._shard_bytes += len(data)
+        self.count += 1
+        self.bytes += len(data)
+
+    def publish(self) -> bool:
+        """Completes the directory and moves it into place; False if another writer won."""
+        if self._writer is None and not self._shards:
+            self._rotate()  # an empty dataset: one empty shard
+        self._close_shard()
+        metadata = {"format": FORMAT, "structure": self._structure, "element_spec": self._spec,
+                    "fingerprint": self._fingerprint, "cardinality": self.count,
+                    "bytes": self.bytes, "shards": self._shards}
+        with open(os.path.join(self._tmp, METADATA), "w") as f:
+            json.dump(metadata, f)
+        try:
+            os.rename(self._tmp, self.final)
+        except OSError:  # a complete directory is there already (a concurrent writer)
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            return False
+        return True
+
+    def abandon(self) -> None:
+        self._close_shard()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def read_metadata(path: str) -> dict | None:
+    """The metadata of a complete directory, or None if there is none at ``path``."""
+    try:
+        with open(os.path.join(_local(path, "load"), METADATA)) as f:
+            metadata = json.load(f)
+    except FileNotFoundError:
+        return None
+    if metadata.get("format") != FORMAT:
+        raise ValueError(f"{path}: {METADATA} is not jdata's format {FORMAT!r}")
+    return metadata
+
+
+def reader_node(path: str, metadata: dict):
+    """The plan that reads a complete directory: its shards, decoded."""
+    from jdata.io.array_record import ArrayRecordNode
+    from jdata.ops.map import MapNode
+
+    directory = _local(path, "load")
+    files = tuple(os.path.join(directory, s["file"]) for s in metadata["shards"])
+    counts = tuple(int(s["records"]) for s in metadata["shards"])
+    return MapNode(ArrayRecordNode(files, counts), codec.Decoder(metadata["structure"]))
+
+
+def save(iterator, path: str, fingerprint: str) -> dict:
+    """Writes every element of ``iterator`` to a new directory ``path``; returns a summary."""
+    if os.path.exists(_local(path, "save")):
+        raise FileExistsError(f"save: {path} exists; choose a new path or delete it first")
+    writer = DirectoryWriter(path, fingerprint, "save")
+    started = last_report = time.monotonic()
+    try:
+        for element in iterator:
+            writer.write(element)
+            if time.monotonic() - last_report > 10:
+                last_report = time.monotonic()
+                _LOGGER.info("save: %d elements (%.1f MB) written to %s, %.0f elements/s",
+                             writer.count, writer.bytes / 1e6, path,
+                             writer.count / (last_report - started))
+    except BaseException:
+        writer.abandon()
+        raise
+    if not writer.publish():
+        raise FileExistsError(f"save: another writer created {path} first")
+    return {"path": writer.final, "elements": writer.count, "bytes": writer.bytes,
+            "seconds": time.monotonic() - started}

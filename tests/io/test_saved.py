@@ -1,0 +1,169 @@
+"""save/load, cache(filename) and snapshot: real ArrayRecord directories, written atomically."""
+
+import collections
+import os
+
+import jax
+import numpy as np
+import pytest
+from array_record.python import array_record_data_source
+
+import jdata
+from jdata.io import codec
+from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+
+Pair = collections.namedtuple("Pair", "left right")
+
+
+def _element(i):
+    return {"image": np.full((2, 3), i, np.uint8), "label": np.int64(i), "name": f"n{i}",
+            "raw": bytes([i]) * (i % 3), "pair": Pair(np.float32(i / 2), [np.bool_(i % 2)]),
+            "words": np.array([f"w{i}", "x"], dtype=object)}
+
+
+def _dataset(n=12):
+    return jdata.from_generator(lambda: (_element(i) for i in range(n)))
+
+
+def _leftovers(directory) -> list:
+    return [name for name in os.listdir(directory) if ".tmp-" in name]
+
+
+def test_save_then_load_gives_the_same_elements_with_random_access(tmp_path):
+    path = str(tmp_path / "saved")
+    summary = _dataset().save(path)
+    assert summary["elements"] == 12 and summary["bytes"] > 0
+    loaded = jdata.load(path)
+    assert len(loaded) == 12
+    assert_same_sequence(take_list(loaded), take_list(_dataset()))
+    assert isinstance(take_list(loaded)[0]["pair"], tuple)
+    assert take_list(loaded)[0]["pair"].left == np.float32(0)
+    shuffled = [int(e["label"]) for e in loaded.shuffle(jax.random.key(0))]
+    assert sorted(shuffled) == list(range(12)) and shuffled != list(range(12))
+    check_restore_at_every_step(loaded.batch(5))
+    # grain's (array_record's) data source reads the shards; the records decode alike.
+    shard = os.path.join(path, "data-00000.array_record")
+    records = array_record_data_source.ArrayRecordDataSource([shard])
+    structure = codec.describe(take_list(loaded)[0])
+    decoded = [codec.Decoder(structure)(records[i]) for i in range(len(records))]
+    assert_same_sequence(decoded, take_list(loaded))
+    assert _leftovers(tmp_path) == []
+
+
+def test_an_interrupted_save_leaves_nothing_and_existing_paths_are_kept(tmp_path):
+    def fails_late(i):
+        if i == 9:
+            raise ValueError("boom")
+        return np.int64(i)
+
+    path = str(tmp_path / "partial")
+    with pytest.raises(jdata.UDFError):
+        jdata.range(20).map(fails_late).save(path)
+    assert not os.path.exists(path) and _leftovers(tmp_path) == []
+    with pytest.raises(FileNotFoundError, match="no saved dataset at"):
+        jdata.load(path)
+    jdata.range(3).save(path)
+    with pytest.raises(FileExistsError, match="exists"):
+        jdata.range(4).save(path)
+    assert [int(x) for x in jdata.load(path)] == [0, 1, 2]
+    empty = str(tmp_path / "empty")
+    jdata.range(0).save(empty)
+    assert take_list(jdata.load(empty)) == []
+
+
+def _logged(log, fn):
+    """``fn`` that appends a line to the file ``log`` per call (a closure over a constant
+    path: the pipeline's fingerprint stays the same as calls accumulate)."""
+    def udf(x):
+        with open(log, "a") as f:
+            f.write(f"{int(x)}\n")
+        return fn(x)
+
+    return udf
+
+
+def _calls(log) -> list:
+    return [int(line) for line in open(log)] if os.path.exists(log) else []
+
+
+def test_cache_to_a_file_fills_once_then_serves_later_passes_and_runs(tmp_path):
+    log = str(tmp_path / "calls.log")
+    slow_square = _logged(log, lambda x: x * x)
+
+    directory = str(tmp_path / "cache")
+
+    def pipeline():
+        return jdata.range(6).map(slow_square).cache(directory)
+
+    assert [int(x) for x in pipeline().repeat(3)] == [0, 1, 4, 9, 16, 25] * 3
+    assert _calls(log) == list(range(6))  # only the first pass computed
+    assert [int(x) for x in pipeline()] == [0, 1, 4, 9, 16, 25]  # a new run: from disk
+    assert _calls(log) == list(range(6))
+    assert "CacheFile(" in pipeline().explain()
+    check_restore_at_every_step(pipeline().repeat(2))
+    with pytest.raises(ValueError, match="holds the elements of a different pipeline"):
+        take_list(jdata.range(7).cache(directory))
+
+
+def test_a_partial_or_closed_pass_leaves_no_cache(tmp_path):
+    directory = str(tmp_path / "cache")
+    ds = jdata.range(50).map(lambda x: x + 1).cache(directory)
+    assert [int(x) for x in ds.take(10)] == list(range(1, 11))
+    it = ds.iterator()
+    next(it)
+    it.close()
+    assert not os.path.exists(directory) and _leftovers(tmp_path) == []
+    assert len(take_list(ds)) == 50 and os.path.exists(directory)
+
+
+def test_concurrent_writers_of_one_cache_both_finish_and_one_directory_wins(tmp_path):
+    directory = str(tmp_path / "cache")
+    ds = jdata.range(30).map(lambda x: x * 3).cache(directory)
+    first, second = ds.iterator(), ds.iterator()
+    a, b = [], []
+    for _ in range(30):  # both passes fill a temporary directory at once
+        a.append(int(next(first)))
+        b.append(int(next(second)))
+    for it in (first, second):
+        with pytest.raises(StopIteration):
+            next(it)
+    assert a == b == [3 * x for x in range(30)]
+    assert [int(x) for x in jdata.load(directory)] == a
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_restored_writing_pass_finishes_without_writing(tmp_path):
+    directory = str(tmp_path / "cache")
+    ds = jdata.range(8).cache(directory)
+    it = ds.iterator()
+    for _ in range(3):
+        next(it)
+    resumed = ds.iterator(it.get_state())
+    assert [int(x) for x in resumed] == [3, 4, 5, 6, 7]
+    assert not os.path.exists(directory)  # it did not see elements 0-2
+    it.close()
+    assert [int(x) for x in ds] == list(range(8)) and os.path.exists(directory)
+
+
+def test_snapshot_is_keyed_by_the_pipeline_fingerprint(tmp_path):
+    log = str(tmp_path / "calls.log")
+    double = _logged(log, lambda x: x * 2)
+
+    root = str(tmp_path / "snap")
+    ds = jdata.range(5).map(double).snapshot(root)
+    assert [int(x) for x in ds] == [0, 2, 4, 6, 8]
+    rebuilt = jdata.range(5).map(double).snapshot(root)  # a later run: reused
+    assert [int(x) for x in rebuilt] == [0, 2, 4, 6, 8] and len(_calls(log)) == 5
+    other = jdata.range(6).map(double).snapshot(root)
+    assert len(take_list(other)) == 6
+    assert sorted(os.listdir(root)) == sorted([jdata.range(5).map(double).fingerprint(),
+                                               jdata.range(6).map(double).fingerprint()])
+
+
+def test_saving_rejects_elements_it_cannot_store(tmp_path):
+    with pytest.raises(ValueError, match="element 1 has structure"):
+        jdata.from_generator(lambda: iter([np.int64(1), (np.int64(1), np.int64(2))])).save(
+            str(tmp_path / "mixed"))
+    assert not os.path.exists(tmp_path / "mixed") and _leftovers(tmp_path) == []
+    with pytest.raises(TypeError, match="must be a path"):
+        jdata.range(3).cache(5)
