@@ -27,7 +27,7 @@ def stack(elements: list, op: str = "batch"):
     ``bytes``/``str`` leaves become NumPy object arrays.
     """
     first = elements[0]
-    if isinstance(first, np.generic):  # the common scalar case, without tree overhead
+    if isinstance(first, (np.generic, np.ndarray)):  # one leaf each: no tree overhead
         return _stack_leaf(elements, op)
     # Flat dicts and tuples, the usual elements, column by column: 5-10x jax's flattening.
     kind = type(first)
