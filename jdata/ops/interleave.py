@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar
 from jdata import _planner
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
-from jdata.runtime import nested, parallel, probe, udf
+from jdata.runtime import chunks, nested, parallel, probe, udf
 from jdata.runtime.context import Context
 from jdata.runtime.iterator import Iterator
 
@@ -36,6 +36,10 @@ def nested_output_spec(input_node: Node, fn: Callable, op: str):
     """The element spec of the dataset ``fn`` builds from the first input element."""
     first = probe.first_element(input_node, op)
     return nested.dataset_node(udf.call(fn, first, op, 0), op).element_spec()
+
+
+# Elements a parallel slot's thread hands over at a time.
+_CHUNK = 64
 
 
 @dataclasses.dataclass
@@ -156,17 +160,19 @@ class InterleaveIterator(Iterator):
 
     def _prefetched(self, inner: Iterator, index: int) -> Iterator:
         if index < self._threads:
-            return parallel.PrefetchIterator(inner, self._block_length)
+            # The slot's thread reads ahead in chunks: one handoff per chunk.
+            chunk = max(self._block_length, _CHUNK)
+            return chunks.Unchunk(parallel.PrefetchIterator(chunks.Chunks(inner, chunk), 2))
         return inner
 
     def _restore_slot(self, saved, index: int) -> _Slot:
         self._input.set_state(saved["input"])
         element = next(self._input)
         position = int(saved["position"])
-        inner = nested.open_dataset(self._fn, element, self._op, position, self._ctx,
-                                    self._epoch)
+        inner = self._prefetched(nested.open_dataset(self._fn, element, self._op, position,
+                                                     self._ctx, self._epoch), index)
         inner.set_state(saved["inner"])
-        return _Slot(saved["input"], position, self._prefetched(inner, index))
+        return _Slot(saved["input"], position, inner)
 
     def close(self):
         for index, slot in enumerate(self._slots):

@@ -152,3 +152,43 @@ def test_random_ops_inside_get_keys_per_outer_element():
     keys = {tuple(k.tolist()) for k in out}
     assert len(keys) == 6
     assert [k.tolist() for k in take_list(ds)] == [k.tolist() for k in out]
+
+
+def _outcomes(it, limit=None):
+    """Elements as ints and errors as ("error", position), until the end."""
+    out = []
+    while limit is None or len(out) < limit:
+        try:
+            out.append(int(next(it)))
+        except StopIteration:
+            return out
+        except jdata.UDFError as e:
+            out.append(("error", e.position))
+    return out
+
+
+def test_parallel_slots_hand_over_chunks_with_errors_in_order_and_exact_restores():
+    # Inner datasets longer than a chunk (64), failing now and then: the parallel cycle
+    # gives the sequential cycle's elements and errors, and every state restores exactly.
+    def inner(x):
+        def checked(y):
+            if int(y) % 37 == int(x):
+                raise ValueError(f"{int(x)}/{int(y)}")
+            return y * 10 + x
+
+        n = 150 + 7 * int(x)
+        return jdata.from_generator(lambda: iter(range(n))).map(checked)
+
+    def ds(threads):
+        return jdata.range(3).interleave(inner, cycle_length=2, block_length=3,
+                                         num_parallel_calls=threads)
+
+    expected = _outcomes(ds(None).iterator())
+    assert sum(isinstance(o, tuple) for o in expected) >= 10
+    assert _outcomes(ds(2).iterator()) == expected
+    for k in list(range(0, 80, 7)) + [len(expected) - 1]:
+        it = ds(2).iterator()
+        head = _outcomes(it, k)
+        state = it.get_state()
+        assert head + _outcomes(ds(2).iterator(state)) == expected
+        assert head + _outcomes(it) == expected
