@@ -134,9 +134,18 @@ def main(argv=None) -> None:
             optimizer.report(args.scale, args.repeats)
         elif name == "storage":
             run_workload(name, storage, args.scale, args.repeats, args.systems, False)
-            two, every = storage.parquet_projection(args.scale, args.repeats)
-            print(f"  parquet: 2 of 20 columns {two:,.0f} rows/s, all {every:,.0f} rows/s: "
-                  f"{two / every:.2f}x (target >= 5x)")
+            for batch in (None, 1024):
+                two, every = storage.parquet_projection(args.scale, args.repeats, batch)
+                how = "rows" if batch is None else f"batches of {batch}"
+                print(f"  parquet as {how}: 2 of 20 columns {two:,.0f} rows/s, all "
+                      f"{every:,.0f} rows/s: {two / every:.2f}x (target >= 5x)")
+            rates = storage.tfrecord_rates(args.scale, args.repeats)
+            print("  tfrecord: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items())
+                  + " records/s")
+            if "tf.data" in rates:
+                print(f"  jdata / tf.data on tfrecord {rates['jdata'] / rates['tf.data']:.2f}x, "
+                      "interleaved "
+                      f"{rates['jdata interleave'] / rates['tf.data interleave']:.2f}x")
             first, second = storage.cache_epochs(args.scale)
             print(f"  cache(filename) over JPEG decode+resize: first epoch {first:.2f} s, "
                   f"second {second:.2f} s: {first / second:.1f}x (target >= 5x)")

@@ -59,9 +59,11 @@ _PARQUET_ROWS = 50_000
 _PARQUET_COLUMNS = 20
 
 
-def parquet_projection(scale: float, repeats: int) -> tuple[float, float]:
+def parquet_projection(scale: float, repeats: int, batch_size: int | None = None
+                       ) -> tuple[float, float]:
     """``(rows/s reading 2 of 20 columns, the same reading all 20)`` of one Parquet file
-    (10 float and 10 string columns, row groups of 10k rows)."""
+    (10 float and 10 string columns, row groups of 10k rows), as rows or, with
+    ``batch_size``, as batches of column arrays."""
     import time
 
     import pyarrow as pa
@@ -84,7 +86,9 @@ def parquet_projection(scale: float, repeats: int) -> tuple[float, float]:
         best = 0.0
         for _ in range(repeats):
             start = time.perf_counter()
-            count = sum(1 for _ in jdata.from_parquet(path, columns=selected))
+            ds = jdata.from_parquet(path, columns=selected, batch_size=batch_size)
+            count = (sum(1 for _ in ds) if batch_size is None else
+                     sum(len(b["c00"]) for b in ds))
             best = max(best, count / (time.perf_counter() - start))
         return best
 
@@ -112,3 +116,46 @@ def cache_epochs(scale: float) -> tuple[float, float]:
             pass
         times.append(time.perf_counter() - start)
     return times[0], times[1]
+
+
+def tfrecord_rates(scale: float, repeats: int) -> dict[str, float]:
+    """Records/s over 8 TFRecord files (the ArrayRecord file's record sizes): jdata and
+    tf.data, each reading the files one after the other and with a parallel interleave
+    (cycle 4, 4 threads); tf.data only if installed."""
+    import time
+
+    import jdata
+
+    directory = tempfile.mkdtemp(prefix="jdata-bench-")
+    atexit.register(shutil.rmtree, directory, True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for f in range(8):
+        path = os.path.join(directory, f"part-{f}.tfrecord")
+        sizes = rng.integers(200, 2049, size=int(N * scale) // 8)
+        jdata.io.write_tfrecord(path, (rng.bytes(int(s)) for s in sizes))
+        paths.append(path)
+    pattern = os.path.join(directory, "*.tfrecord")
+    systems = {
+        "jdata": lambda: jdata.from_tfrecord(paths),
+        "jdata interleave": lambda: jdata.list_files(pattern).interleave(
+            jdata.from_tfrecord, cycle_length=4, num_parallel_calls=4)}
+    try:
+        import tensorflow as tf
+
+        systems["tf.data"] = lambda: tf.data.TFRecordDataset(paths).as_numpy_iterator()
+        systems["tf.data interleave"] = lambda: (
+            tf.data.Dataset.list_files(pattern, shuffle=False)
+            .interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=4)
+            .prefetch(tf.data.AUTOTUNE).as_numpy_iterator())
+    except ImportError:
+        pass
+    rates = {}
+    for name, make in systems.items():
+        best = 0.0
+        for _ in range(repeats):
+            start = time.perf_counter()
+            count = sum(1 for _ in make())
+            best = max(best, count / (time.perf_counter() - start))
+        rates[name] = best
+    return rates

@@ -69,14 +69,18 @@ def from_text_lines(paths, compression_type: str | None = None) -> Dataset:
                                           _compression(compression_type, op)))
 
 
-def from_parquet(paths, columns=None, row_groups=None) -> Dataset:
+def from_parquet(paths, columns=None, row_groups=None, batch_size: int | None = None) -> Dataset:
     """The rows of Parquet files as dicts ``{column: value}``, with random access.
 
     Only ``columns`` (a list of names; all if ``None``) are read from storage
     (the tf.data paper's projection pushdown). Numbers and booleans become
     NumPy scalars, strings ``str``, binary ``bytes``, lists NumPy arrays; a
     null in a float column is NaN, elsewhere it fails its row with a
-    ``jdata.DataError`` (``ignore_errors()`` skips the row). ``row_groups``
+    ``jdata.DataError`` (``ignore_errors()`` skips the row). With
+    ``batch_size``, each element is a batch of that many rows (the last may be
+    smaller), ``{column: NumPy array}`` sliced straight from the columns: no
+    per-row Python work (a null then fails its whole batch; list columns,
+    which would batch ragged, are refused). ``row_groups``
     (indices) reads only those row groups of each file: with
     ``parquet_row_groups`` it shards a dataset by row group::
 
@@ -93,8 +97,18 @@ def from_parquet(paths, columns=None, row_groups=None) -> Dataset:
             raise ValueError(f"{op}: columns=[] reads nothing; pass None for every column")
     if row_groups is not None:
         row_groups = tuple(int(g) for g in np.atleast_1d(row_groups))
-    return Dataset(_parquet.ParquetNode(files, columns,
-                                        _parquet.row_groups(files, columns, row_groups)))
+    if batch_size is not None:
+        from jdata import _validate
+
+        batch_size = _validate.int_arg(batch_size, "batch_size", op, minimum=1)
+    groups = _parquet.row_groups(files, columns, row_groups)
+    if batch_size is not None:
+        ragged = _parquet.list_columns(files, columns)
+        if ragged:
+            raise ValueError(f"{op}: columns {ragged} hold lists, whose batches would be "
+                             "ragged; read rows (no batch_size) and use padded_batch, or "
+                             "leave those columns out")
+    return Dataset(_parquet.ParquetNode(files, columns, groups, batch_size))
 
 
 def parquet_row_groups(paths) -> Dataset:

@@ -68,6 +68,20 @@ def row_groups(paths: tuple, columns, only: tuple | None) -> tuple:
     return tuple(groups)
 
 
+def list_columns(paths: tuple, columns) -> list[str]:
+    """The columns (of those read) that hold lists, in any of the files."""
+    import pyarrow.types as t
+
+    found = []
+    for path in paths:
+        schema = open_file(path).metadata.schema.to_arrow_schema()
+        for name in columns if columns is not None else schema.names:
+            kind = schema.field(name).type
+            if (t.is_list(kind) or t.is_large_list(kind)) and name not in found:
+                found.append(name)
+    return found
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ParquetNode(Node):
     """See ``jdata.from_parquet``. ``groups``: ``(file index, row group, rows)`` in order."""
@@ -75,10 +89,15 @@ class ParquetNode(Node):
     paths: tuple
     columns: tuple | None
     groups: tuple
+    batch_size: int | None = None  # elements are batches of rows: a dict of column arrays
     op_name: ClassVar[str] = _OP
 
-    def cardinality(self) -> int:
+    def rows(self) -> int:
         return sum(rows for _, _, rows in self.groups)
+
+    def cardinality(self) -> int:
+        rows = self.rows()
+        return rows if self.batch_size is None else -(-rows // self.batch_size)
 
     def random_access(self) -> bool:
         return True
@@ -88,8 +107,9 @@ class ParquetNode(Node):
 
     def __str__(self):
         columns = "all" if self.columns is None else list(self.columns)
+        batches = "" if self.batch_size is None else f", batch_size={self.batch_size}"
         return (f"FromParquet(files={len(self.paths)}, row_groups={len(self.groups)}, "
-                f"rows={self.cardinality()}, columns={columns})")
+                f"rows={self.rows()}, columns={columns}{batches})")
 
 
 class _Reader:
@@ -105,6 +125,25 @@ class _Reader:
 
     def __len__(self) -> int:
         return self._starts[-1]
+
+    def columns(self, lo: int, hi: int) -> dict:
+        """Rows ``lo .. hi-1`` as ``{column: NumPy array}`` (views where they fit in one
+        row group); a row with a null (outside float columns) fails the whole range."""
+        pieces: list = []
+        names: list = []
+        while lo < hi:
+            g = bisect.bisect_right(self._starts, lo) - 1
+            end = min(hi, self._starts[g + 1])
+            names, arrays, (nulls, masks) = self._group(g)
+            first, last = lo - self._starts[g], end - self._starts[g]
+            if nulls is not None and nulls[first:last].any():
+                raise self._null_error(g, first + int(np.argmax(nulls[first:last])), masks)
+            pieces.append([a[first:last] for a in arrays])
+            lo = end
+        if len(pieces) == 1:
+            return dict(zip(names, pieces[0]))
+        return {name: np.concatenate([p[c] for p in pieces])
+                for c, name in enumerate(names)}
 
     def _group(self, g: int) -> tuple:
         """``(names, NumPy columns, (rows with a null or None, per-column null masks))``."""
@@ -194,4 +233,25 @@ def _is_float(arrow_type) -> bool:
     return t.is_floating(arrow_type)  # nulls read as NaN, as pandas reads them
 
 
-_planner.register(ParquetNode, reader=_Reader)
+class _BatchReader:
+    """Batch ``i``: rows ``i * batch_size`` on, as a dict of column arrays."""
+
+    def __init__(self, node: ParquetNode, ctx, epoch: int):
+        self._rows = _Reader(node, ctx, epoch)
+        self._size = node.batch_size
+        self._len = node.cardinality()
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: int) -> dict:
+        lo = index * self._size
+        return self._rows.columns(lo, min(lo + self._size, len(self._rows)))
+
+
+def _reader(node: ParquetNode, ctx, epoch: int):
+    return _Reader(node, ctx, epoch) if node.batch_size is None else _BatchReader(
+        node, ctx, epoch)
+
+
+_planner.register(ParquetNode, reader=_reader)

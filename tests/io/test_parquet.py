@@ -97,3 +97,28 @@ def test_bad_files_fail_when_built_and_memory_urls_work(tmp_path, files):
     fsspec.filesystem("memory").pipe("/jdata-pq/a.parquet", open(files[1], "rb").read())
     assert_same_sequence(take_list(jdata.from_parquet("memory://jdata-pq/a.parquet")),
                          take_list(jdata.from_parquet(files[1])))
+
+
+def test_batches_of_rows_are_column_arrays_across_row_groups(files):
+    with pytest.raises(ValueError, match=r"columns \['tokens'\] hold lists"):
+        jdata.from_parquet(files, ["id", "tokens"], batch_size=12)
+    ds = jdata.from_parquet(files, ["id", "name", "score"], batch_size=12)
+    assert len(ds) == 3 and "batch_size=12" in ds.explain()
+    batches = check_restore_at_every_step(ds)
+    assert [b["id"].tolist() for b in batches] == [list(range(0, 12)), list(range(12, 24)),
+                                                  list(range(24, 32))]
+    rows = take_list(jdata.from_parquet(files, ["id", "name", "score"]))
+    assert batches[1]["name"].tolist() == [r["name"] for r in rows[12:24]]
+    assert batches[2]["score"].dtype == np.float64
+    assert batches[2]["score"][3] == rows[27]["score"]
+    shuffled = jdata.from_parquet(files, ["id"], batch_size=5).shuffle(jax.random.key(0))
+    assert sorted(int(i) for b in shuffled for i in b["id"]) == list(range(32))
+
+
+def test_a_null_fails_its_whole_batch(tmp_path):
+    path = str(tmp_path / "nulls.parquet")
+    pq.write_table(pa.table({"i": pa.array([1, 2, None, 4, 5], pa.int64())}), path)
+    kept = take_list(jdata.from_parquet(path, batch_size=2).ignore_errors())
+    assert [b["i"].tolist() for b in kept] == [[1, 2], [5]]
+    with pytest.raises(ValueError, match="batch_size"):
+        jdata.from_parquet(path, batch_size=0)
