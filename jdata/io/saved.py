@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 
 from jdata import _spec
 from jdata.io import codec
@@ -47,6 +48,8 @@ class DirectoryWriter:
         parent = os.path.dirname(self.final)
         os.makedirs(parent, exist_ok=True)
         self._tmp = tempfile.mkdtemp(prefix=os.path.basename(self.final) + ".tmp-", dir=parent)
+        # A writer dropped unfinished (an iterator garbage-collected mid-pass) leaves nothing.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._tmp, True)
         self._fingerprint, self._spec = fingerprint, "unknown (no elements)"
         self._shards: list[dict] = []
         self._writer = None
@@ -98,13 +101,14 @@ class DirectoryWriter:
         try:
             os.rename(self._tmp, self.final)
         except OSError:  # a complete directory is there already (a concurrent writer)
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._cleanup()
             return False
+        self._cleanup.detach()
         return True
 
     def abandon(self) -> None:
         self._close_shard()
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._cleanup()
 
 
 def read_metadata(path: str) -> dict | None:

@@ -1,6 +1,7 @@
 """save/load, cache(filename) and snapshot: real ArrayRecord directories, written atomically."""
 
 import collections
+import gc
 import os
 
 import jax
@@ -113,6 +114,12 @@ def test_a_partial_or_closed_pass_leaves_no_cache(tmp_path):
     next(it)
     it.close()
     assert not os.path.exists(directory) and _leftovers(tmp_path) == []
+    dropped = ds.iterator()
+    next(dropped)
+    assert len(_leftovers(tmp_path)) == 1  # being written
+    del dropped
+    gc.collect()
+    assert _leftovers(tmp_path) == []  # an iterator collected mid-pass leaves nothing
     assert len(take_list(ds)) == 50 and os.path.exists(directory)
 
 
