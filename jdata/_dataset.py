@@ -672,7 +672,8 @@ class Dataset:
         reads the records too) and a JSON metadata file with the element
         structure, spec, count and this pipeline's fingerprint. Written to a
         temporary directory renamed into place at the end, so an interrupted
-        save leaves nothing at ``path``. Returns ``{"path", "elements",
+        save leaves nothing at ``path``. Writes local directories (``jdata.load``
+        also reads fsspec URLs, e.g. after a copy to ``gs://``). Returns ``{"path", "elements",
         "bytes", "seconds"}``; progress is logged (logger ``"jdata"``, INFO)
         every 10 s.
         """

@@ -111,11 +111,19 @@ class DirectoryWriter:
         self._cleanup()
 
 
+def _join(directory: str, name: str) -> str:
+    return f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(
+        directory, name)
+
+
 def read_metadata(path: str) -> dict | None:
-    """The metadata of a complete directory, or None if there is none at ``path``."""
+    """The metadata of a complete directory (local or any fsspec URL), or None if there is
+    none at ``path``."""
+    from jdata.io import _paths
+
     try:
-        with open(os.path.join(_local(path, "load"), METADATA)) as f:
-            metadata = json.load(f)
+        with _paths.open_binary(_join(path, METADATA)) as f:
+            metadata = json.loads(f.read())
     except FileNotFoundError:
         return None
     if metadata.get("format") != FORMAT:
@@ -124,12 +132,11 @@ def read_metadata(path: str) -> dict | None:
 
 
 def reader_node(path: str, metadata: dict):
-    """The plan that reads a complete directory: its shards, decoded."""
+    """The plan that reads a complete directory (local or a URL): its shards, decoded."""
     from jdata.io.array_record import ArrayRecordNode
     from jdata.ops.map import MapNode
 
-    directory = _local(path, "load")
-    files = tuple(os.path.join(directory, s["file"]) for s in metadata["shards"])
+    files = tuple(_join(path, s["file"]) for s in metadata["shards"])
     counts = tuple(int(s["records"]) for s in metadata["shards"])
     return MapNode(ArrayRecordNode(files, counts), codec.Decoder(metadata["structure"]))
 

@@ -174,3 +174,19 @@ def test_saving_rejects_elements_it_cannot_store(tmp_path):
     assert not os.path.exists(tmp_path / "mixed") and _leftovers(tmp_path) == []
     with pytest.raises(TypeError, match="must be a path"):
         jdata.range(3).cache(5)
+
+
+def test_load_reads_a_saved_directory_through_an_fsspec_url(tmp_path):
+    import fsspec
+
+    path = str(tmp_path / "saved")
+    _dataset(5).save(path)
+    memory = fsspec.filesystem("memory")
+    for name in os.listdir(path):
+        memory.pipe(f"/jdata-saved/{name}", open(os.path.join(path, name), "rb").read())
+    assert_same_sequence(take_list(jdata.load("memory://jdata-saved")),
+                         take_list(_dataset(5)))
+    with pytest.raises(FileNotFoundError, match="no saved dataset"):
+        jdata.load("memory://jdata-nothing-here")
+    with pytest.raises(ValueError, match="local directories only"):
+        jdata.range(2).save("memory://jdata-out")
