@@ -175,3 +175,18 @@ def check_blocks_match_per_element(make_ds, monkeypatch) -> list:
         per_element = trace(make_ds().iterator())
     assert_same_traces(blocks, per_element)
     return blocks
+
+
+def read_through_data_errors(ds: jdata.Dataset) -> tuple[list, list]:
+    """Every element of ``ds``, going on after each ``jdata.DataError``; and the errors as
+    ``(path, record)``, each checked to name its file."""
+    elements, errors = [], []
+    it = ds.iterator()
+    while True:
+        try:
+            elements.append(next(it))
+        except StopIteration:
+            return elements, errors
+        except jdata.DataError as e:
+            assert e.path in str(e)
+            errors.append((e.path, e.record))

@@ -10,7 +10,7 @@ from array_record.python import array_record_data_source
 from array_record.python.array_record_module import ArrayRecordWriter
 
 import jdata
-from tests.helpers import check_restore_at_every_step, take_list
+from tests.helpers import check_restore_at_every_step, read_through_data_errors, take_list
 
 
 def _write(path: str, records, options: str = "group_size:1") -> str:
@@ -85,16 +85,7 @@ def test_a_corrupt_file_names_the_record_and_ignore_errors_skips_it(tmp_path):
     with open(path, "wb") as f:
         f.write(bytes(data))
     ds = jdata.from_array_record(path)
-    got, errors = [], []
-    it = ds.iterator()
-    while True:
-        try:
-            got.append(next(it))
-        except StopIteration:
-            break
-        except jdata.DataError as e:
-            errors.append((e.path, e.record))
-            assert path in str(e)
+    got, errors = read_through_data_errors(ds)
     assert got[:5] == [b"%06d" % i * 50 for i in range(5)]
     assert errors and errors[0] == (path, 5)
     kept = take_list(ds.ignore_errors())

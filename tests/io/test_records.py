@@ -9,7 +9,7 @@ import pytest
 
 import jdata
 from jdata.io import records
-from tests.helpers import check_restore_at_every_step, take_list
+from tests.helpers import check_restore_at_every_step, read_through_data_errors, take_list
 
 # Written by TensorFlow 2 (tf.io.TFRecordWriter): b"", b"a", b"hello world"; and, GZIP,
 # b"x" * 40, b"yz".
@@ -84,15 +84,7 @@ def test_a_truncated_file_raises_once_then_the_next_file_is_read(tmp_path):
     data = open(first, "rb").read()
     _write(first, data[:-5])  # the last record loses its tail
     ds = jdata.from_tfrecord([first, second])
-    got, errors = [], []
-    it = ds.iterator()
-    while True:
-        try:
-            got.append(next(it))
-        except StopIteration:
-            break
-        except jdata.DataError as e:
-            errors.append((e.path, e.record))
+    got, errors = read_through_data_errors(ds)
     assert errors == [(first, 3)]
     assert got == [b"0:0", b"0:1" * 2, b"0:2" * 3, b"1:0", b"1:1" * 2, b"1:2" * 3]
     assert take_list(ds.ignore_errors()) == got
