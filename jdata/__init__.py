@@ -24,6 +24,7 @@ from jdata.io import from_text_lines as from_text_lines
 from jdata.io import from_tfrecord as from_tfrecord
 from jdata.io import list_files as list_files
 from jdata.io import load as load
+from jdata import hosts as hosts
 from jdata._spec import DatasetSpec as DatasetSpec
 from jdata._spec import TensorSpec as TensorSpec
 

@@ -7,7 +7,8 @@ work of its own: so the injected prefetch starts synchronous (buffer 0)
 and the autotuner's model gives it a buffer once the measured consumer
 time makes that worth it. The rule fires only for plans that produce
 batches or run parallel work, and only with ``Options(autotune=True)``; a
-plan already ending in ``prefetch`` is left alone.
+plan already ending in ``prefetch`` or ``to_global`` (which prefetches onto
+the devices) is left alone.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class InjectPrefetchRule:
     name = "inject_prefetch"
 
     def apply(self, plan: Node, options) -> Node:
-        if (not options.autotune or isinstance(_output(plan), PrefetchNode)
+        output = _output(plan)
+        # to_global keeps its own batches ahead, on the devices.
+        if (not options.autotune or output.op_name in ("prefetch", "to_global")
                 or not _worth_it(plan)):
             return plan
         return PrefetchNode(plan, AUTOTUNE, start_synchronous=True)
