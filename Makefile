@@ -25,8 +25,9 @@ $(BENCH_INSTALLED): $(INSTALLED)
 test: $(INSTALLED)
 	$(BIN)/python -m pytest -q
 
+# The demo trains on 8 CPU devices (a data-parallel mesh), forced before JAX starts.
 demo: $(INSTALLED)
-	$(BIN)/python -m jdata.demo
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/python -m jdata.demo
 
 bench: $(BENCH_INSTALLED)
 	$(BIN)/python -m benchmarks.run
