@@ -1,0 +1,29 @@
+"""The Colab notebooks run top to bottom (executed here with nbclient on a CPU kernel)."""
+
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+COLAB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "colab")
+
+
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "multihost.ipynb"])
+def test_notebook_runs_top_to_bottom(name, tmp_path):
+    notebook = nbformat.read(os.path.join(COLAB, name), as_version=4)
+    root = os.path.dirname(COLAB)
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = root + (os.pathsep + env_path if env_path else "")
+    try:
+        NotebookClient(notebook, timeout=240, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        if env_path:
+            os.environ["PYTHONPATH"] = env_path
+        else:
+            del os.environ["PYTHONPATH"]
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert ("resumed exactly" in text) if name == "quickstart.ipynb" else ("loss after" in text)
