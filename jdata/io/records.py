@@ -37,13 +37,17 @@ class _Corrupt(Exception):
 class _FileRecordsNode(Node):
     paths: tuple
     compression_type: str = ""
+    # (num_shards, index), set by the optimizer's pushdown of a shard: records of other
+    # shards are passed over at the source (a TFRecord's are seeked past, never read).
+    shard: tuple | None = None
 
     def compute_spec(self):
         return TensorSpec((), STRING)
 
     def __str__(self):
         gz = f", compression_type={self.compression_type!r}" if self.compression_type else ""
-        return f"{type(self).__name__.removesuffix('Node')}(files={len(self.paths)}{gz})"
+        shard = "" if self.shard is None else f", shard={self.shard[1]} of {self.shard[0]}"
+        return f"{type(self).__name__.removesuffix('Node')}(files={len(self.paths)}{gz}{shard})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -65,6 +69,7 @@ class _FileRecordsIterator(Iterator):
 
     def __init__(self, node: _FileRecordsNode, ctx, epoch: int):
         self._op, self._paths, self._compression = node.op_name, node.paths, node.compression_type
+        self._shards, self._shard = node.shard or (1, 0)
         self._file = self._offset = self._record = self._position = 0
         self._handle = None
         self._lost_file = False  # the rest of the current file cannot be read
@@ -77,6 +82,19 @@ class _FileRecordsIterator(Iterator):
             if self._handle is None:
                 self._open()
             offset = self._offset
+            if self._position % self._shards != self._shard:  # another shard's record
+                try:
+                    size = self._skip(self._handle)
+                except _Corrupt:  # the rest of the file is lost, as when read
+                    self._lost_file = True
+                    self._record, self._position = self._record + 1, self._position + 1
+                    continue
+                if size is None:
+                    self._next_file()
+                    continue
+                self._offset, self._record, self._position = (
+                    offset + size, self._record + 1, self._position + 1)
+                continue
             try:
                 record, size = self._read(self._handle)
             except _Corrupt as e:
@@ -122,6 +140,11 @@ class _FileRecordsIterator(Iterator):
 
     def _read(self, handle) -> tuple[bytes | None, int]:
         raise NotImplementedError
+
+    def _skip(self, handle) -> int | None:
+        """Moves past one record without returning it; its size, or None at the end."""
+        record, size = self._read(handle)
+        return None if record is None else size
 
     def get_state(self):
         return {"file": self._file, "offset": self._offset, "record": self._record,
@@ -179,6 +202,16 @@ class _TFRecordIterator(_FileRecordsIterator):
         if masked_crc(data, self._crc) != _FOOTER.unpack(footer)[0]:
             raise _Corrupt("the record's data fails its checksum (corrupt)", False)
         return data, _HEADER.size + length + _FOOTER.size
+
+    def _skip(self, handle):
+        header = handle.read(_HEADER.size)
+        if not header:
+            return None
+        length, length_crc = _HEADER.unpack(header) if len(header) == _HEADER.size else (0, 0)
+        if len(header) < _HEADER.size or masked_crc(header[:8], self._crc) != length_crc:
+            raise _Corrupt("a passed-over record's header is corrupt or truncated", True)
+        handle.seek(length + _FOOTER.size, 1)  # the data is never read
+        return _HEADER.size + length + _FOOTER.size
 
 
 def write_tfrecord(path: str, records) -> int:

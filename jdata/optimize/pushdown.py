@@ -9,9 +9,17 @@ would compute elements past the ``n``-th ahead of time and drop them.
 ``map`` computes each element from that element alone, so the outputs are
 the same; a ``UDFError`` then reports the element's position in the
 smaller stream. ``random_map`` is not crossed: its keys depend on positions.
+
+A ``shard`` that reaches a TFRecord or text-lines source becomes the
+source's own: it passes over the other shards' records there (a TFRecord
+reader seeks past their data without reading it), so a host reads only its
+records' data. The elements are the same (a shard drops the other
+shards' failures in either plan).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from jdata._plan import Node
 from jdata.ops.map import MapNode
@@ -25,9 +33,23 @@ def _crosses(node: Node, below: Node) -> bool:
     return type(below) is MapNode and not below.input.random_access()
 
 
+# File sources read in order that take a shard themselves (jdata.io.records).
+_SHARDABLE_SOURCES = frozenset({"from_tfrecord", "from_text_lines"})
+
+
+def _into_source(node: Node) -> Node:
+    """A shard right over a file source becomes the source's own shard."""
+    below = getattr(node, "input", None)
+    if (type(node) is ShardNode and below.op_name in _SHARDABLE_SOURCES
+            and below.shard is None):
+        return dataclasses.replace(below, shard=(node.num_shards, node.index))
+    return node
+
+
 class PushdownRule:
     name = "pushdown"
 
     def apply(self, plan: Node, options) -> Node:
-        return bottom_up(plan, lambda node: sink(node, _crosses)
+        sunk = bottom_up(plan, lambda node: sink(node, _crosses)
                          if isinstance(node, (ShardNode, SkipNode, TakeNode)) else node)
+        return bottom_up(sunk, _into_source)

@@ -137,3 +137,57 @@ def test_list_files_then_interleave_reads_files_in_parallel_exactly(tmp_path):
 def test_masked_crc_matches_the_tfrecord_format():
     # The masked CRC-32C of the 8-byte length 0, from the first TensorFlow record above.
     assert records.masked_crc(b"\0" * 8) == int.from_bytes(TF_WRITTEN[8:12], "little")
+
+
+def test_a_shard_is_pushed_into_the_source_which_never_reads_other_shards_data(tmp_path):
+    paths = _files(tmp_path, (7, 5))
+    expected = take_list(jdata.from_tfrecord(paths))
+    for i in range(3):
+        ds = jdata.from_tfrecord(paths).map(lambda r: r + b"!").shard(3, i)
+        assert f"TFRecord(files=2, shard={i} of 3)" in ds.explain()
+        assert check_restore_at_every_step(ds) == [r + b"!" for r in expected[i::3]]
+
+    def bytes_read(ds) -> int:
+        total = [0]
+        real_open = jdata.io._paths.open_binary
+
+        class Counting:
+            def __init__(self, f):
+                self._f = f
+
+            def read(self, n=-1):
+                data = self._f.read(n)
+                total[0] += len(data)
+                return data
+
+            def __getattr__(self, name):
+                return getattr(self._f, name)
+
+        jdata.io._paths.open_binary = lambda path: Counting(real_open(path))
+        try:
+            take_list(ds)
+        finally:
+            jdata.io._paths.open_binary = real_open
+        return total[0]
+
+    big = str(tmp_path / "big.tfrecord")
+    jdata.io.write_tfrecord(big, [bytes(1000)] * 30)
+    pushed = bytes_read(jdata.from_tfrecord(big).shard(3, 0))
+    unpushed = bytes_read(jdata.from_tfrecord(big).shard(3, 0).with_options(
+        jdata.Options(optimize=False)))
+    assert unpushed >= 30 * 1000 and pushed < 11 * 1016 + 20 * 12  # others: headers only
+    lines = _write(tmp_path / "l.txt", b"".join(b"line%d\n" % i for i in range(10)))
+    text = jdata.from_text_lines(lines).shard(4, 3)
+    assert "TextLines(files=1, shard=3 of 4)" in text.explain()
+    assert check_restore_at_every_step(text) == [b"line3", b"line7"]
+
+
+def test_a_pushed_shard_counts_a_lost_file_as_the_unpushed_plan_does(tmp_path):
+    first, second = _files(tmp_path, (5, 6))
+    data = bytearray(open(first, "rb").read())
+    data[19 + 9] ^= 0xFF  # record 1's length checksum: the rest of the first file is lost
+    _write(first, bytes(data))
+    for i in range(2):
+        ds = jdata.from_tfrecord([first, second]).shard(2, i)
+        off = ds.with_options(jdata.Options(optimize=False))
+        assert read_through_data_errors(ds) == read_through_data_errors(off)
