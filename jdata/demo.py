@@ -137,14 +137,9 @@ class Progress:
         self.steps = 0
         self.wait = 0.0
 
-    loss = float("nan")
-
-    def update(self, step: int, loss: float | None, waited: float) -> None:
+    def update(self, step: int, loss: float, waited: float) -> None:
         self.steps += 1
         self.wait += waited
-        if loss is not None:
-            self.loss = loss
-        loss = self.loss
         elapsed = time.perf_counter() - self.start
         done = int(30 * (step + 1) / self.total)
         self.stream.write(
@@ -178,9 +173,9 @@ def train(ds, step, params, opt_state, manager, first_step: int, last_step: int,
         if digests is not None:
             digests.append(_digest(batch))
         params, opt_state, loss = step(params, opt_state, batch)
-        # Reading the loss waits for the step: only now and then, so that the host fetches
-        # the next batch while the devices compute.
-        progress.update(s, float(loss) if (s + 1) % every == 0 else None, waited)
+        # Reading the loss waits for the step, so the time in next() is time the devices
+        # sat idle waiting for input (the next batches are fetched during the step).
+        progress.update(s, float(loss), waited)
         if (s + 1) % every == 0:
             manager.save(s + 1, args=ocp.args.Composite(
                 model=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
