@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from jdata import _validate
 from jdata._dataset import Dataset
+from jdata._sources import from_tensor_slices
 from jdata.io import _paths
 from jdata.io import array_record as _array_record
 from jdata.io import parquet as _parquet
@@ -98,16 +100,8 @@ def from_parquet(paths, columns=None, row_groups=None, batch_size: int | None = 
     if row_groups is not None:
         row_groups = tuple(int(g) for g in np.atleast_1d(row_groups))
     if batch_size is not None:
-        from jdata import _validate
-
         batch_size = _validate.int_arg(batch_size, "batch_size", op, minimum=1)
-    groups = _parquet.row_groups(files, columns, row_groups)
-    if batch_size is not None:
-        ragged = _parquet.list_columns(files, columns)
-        if ragged:
-            raise ValueError(f"{op}: columns {ragged} hold lists, whose batches would be "
-                             "ragged; read rows (no batch_size) and use padded_batch, or "
-                             "leave those columns out")
+    groups = _parquet.row_groups(files, columns, row_groups, batched=batch_size is not None)
     return Dataset(_parquet.ParquetNode(files, columns, groups, batch_size))
 
 
@@ -116,8 +110,6 @@ def parquet_row_groups(paths) -> Dataset:
     shard or hand out by row group (see ``from_parquet``)."""
     files = _paths.expand(paths, "parquet_row_groups")
     splits = [(files[f], g) for f, g, _ in _parquet.row_groups(files, None, None)]
-    from jdata._sources import from_tensor_slices
-
     return from_tensor_slices(([p for p, _ in splits], np.array([g for _, g in splits],
                                                                   np.int64)))
 
@@ -148,8 +140,6 @@ def list_files(pattern, key=None) -> Dataset:
     parallel: ``list_files("data/*.tfrecord").interleave(jdata.from_tfrecord,
     cycle_length=4, num_parallel_calls=4)``.
     """
-    from jdata._sources import from_tensor_slices
-
     files = list(_paths.expand(pattern, "list_files"))
     ds = from_tensor_slices(files)
     return ds if key is None else ds.shuffle(key)

@@ -14,11 +14,13 @@ from typing import Iterable
 _MAGIC = frozenset("*?[")
 
 
-def _is_url(path: str) -> bool:
+def is_url(path: str) -> bool:
+    """True for a URL fsspec opens (``gs://``...); local paths and ``file://`` are not."""
     return "://" in path and not path.startswith("file://")
 
 
-def _strip_file_scheme(path: str) -> str:
+def strip_file_scheme(path: str) -> str:
+    """A local path without its ``file://`` prefix, if it has one."""
     return path[len("file://"):] if path.startswith("file://") else path
 
 
@@ -66,8 +68,8 @@ def expand(paths, op: str) -> tuple[str, ...]:
 
 def glob_files(pattern: str) -> list[str]:
     """The files matching ``pattern``, sorted (directories left out)."""
-    if not _is_url(pattern):
-        return sorted(p for p in glob.glob(_strip_file_scheme(pattern)) if os.path.isfile(p))
+    if not is_url(pattern):
+        return sorted(p for p in glob.glob(strip_file_scheme(pattern)) if os.path.isfile(p))
     fs, _, _ = _fsspec().get_fs_token_paths(pattern)
     protocol = pattern.split("://", 1)[0]
     return sorted(f"{protocol}://{p.removeprefix(protocol + '://')}"
@@ -75,22 +77,22 @@ def glob_files(pattern: str) -> list[str]:
 
 
 def exists(path: str) -> bool:
-    if not _is_url(path):
-        return os.path.isfile(_strip_file_scheme(path))
+    if not is_url(path):
+        return os.path.isfile(strip_file_scheme(path))
     fs, _, (inner,) = _fsspec().get_fs_token_paths(path)
     return fs.isfile(inner)
 
 
 def open_binary(path: str):
     """A binary file object for reading (seekable)."""
-    if not _is_url(path):
-        return open(_strip_file_scheme(path), "rb")
+    if not is_url(path):
+        return open(strip_file_scheme(path), "rb")
     return _fsspec().open(path, "rb").open()
 
 
 def local_path(path: str) -> str:
     """A local file with ``path``'s contents: the path itself, or a cached copy of a URL's file
     (for readers that need a real file, such as ArrayRecord's)."""
-    if not _is_url(path):
-        return _strip_file_scheme(path)
+    if not is_url(path):
+        return strip_file_scheme(path)
     return _fsspec().open_local(f"simplecache::{path}")

@@ -27,7 +27,7 @@ def _pq():
 
 
 def open_file(path: str):
-    source = path if not _paths._is_url(path) else _paths.open_binary(path)
+    source = path if not _paths.is_url(path) else _paths.open_binary(path)
     return _pq().ParquetFile(source)
 
 
@@ -43,9 +43,12 @@ def _check_type(name: str, arrow_type) -> None:
                          "boolean, string and binary columns and lists of them")
 
 
-def row_groups(paths: tuple, columns, only: tuple | None) -> tuple:
-    """``(file index, row group, rows)`` of each row group to read; checks the columns."""
-    groups = []
+def row_groups(paths: tuple, columns, only: tuple | None, batched: bool = False) -> tuple:
+    """``(file index, row group, rows)`` of each row group to read; checks the columns
+    (``batched``: none may hold lists, whose batches would be ragged)."""
+    import pyarrow.types as t
+
+    groups, ragged = [], []
     for f, path in enumerate(paths):
         try:
             metadata = open_file(path).metadata
@@ -58,28 +61,21 @@ def row_groups(paths: tuple, columns, only: tuple | None) -> tuple:
         for name in columns if columns is not None else names:
             if name not in names:
                 raise ValueError(f"{_OP}: {path} has no column {name!r}; it has {names}")
-            _check_type(name, schema.field(name).type)
+            kind = schema.field(name).type
+            _check_type(name, kind)
+            if (t.is_list(kind) or t.is_large_list(kind)) and name not in ragged:
+                ragged.append(name)
         wanted = range(metadata.num_row_groups) if only is None else only
         for g in wanted:
             if not 0 <= g < metadata.num_row_groups:
                 raise ValueError(f"{_OP}: {path} has {metadata.num_row_groups} row groups; "
                                  f"there is no row group {g}")
             groups.append((f, int(g), metadata.row_group(g).num_rows))
+    if batched and ragged:
+        raise ValueError(f"{_OP}: columns {ragged} hold lists, whose batches would be ragged; "
+                         "read rows (no batch_size) and use padded_batch, or leave those "
+                         "columns out")
     return tuple(groups)
-
-
-def list_columns(paths: tuple, columns) -> list[str]:
-    """The columns (of those read) that hold lists, in any of the files."""
-    import pyarrow.types as t
-
-    found = []
-    for path in paths:
-        schema = open_file(path).metadata.schema.to_arrow_schema()
-        for name in columns if columns is not None else schema.names:
-            kind = schema.field(name).type
-            if (t.is_list(kind) or t.is_large_list(kind)) and name not in found:
-                found.append(name)
-    return found
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -131,15 +127,12 @@ class _Reader:
         row group); a row with a null (outside float columns) fails the whole range."""
         pieces: list = []
         names: list = []
-        while lo < hi:
-            g = bisect.bisect_right(self._starts, lo) - 1
-            end = min(hi, self._starts[g + 1])
+        for g, first, last in self._spans(lo, hi):
             names, arrays, (nulls, masks) = self._group(g)
-            first, last = lo - self._starts[g], end - self._starts[g]
-            if nulls is not None and nulls[first:last].any():
-                raise self._null_error(g, first + int(np.argmax(nulls[first:last])), masks)
+            null = _first_null(nulls, first, last)
+            if null is not None:
+                raise self._null_error(g, null, masks)
             pieces.append([a[first:last] for a in arrays])
-            lo = end
         if len(pieces) == 1:
             return dict(zip(names, pieces[0]))
         return {name: np.concatenate([p[c] for p in pieces])
@@ -188,26 +181,36 @@ class _Reader:
 
     def read_block(self, lo: int, hi: int):
         out: list = []
-        while lo < hi:
-            g = bisect.bisect_right(self._starts, lo) - 1
-            end = min(hi, self._starts[g + 1])
+        for g, first, last in self._spans(lo, hi):
             try:
                 names, arrays, (nulls, masks) = self._group(g)
             except DataError as e:
                 return out, e
-            first, last = lo - self._starts[g], end - self._starts[g]
-            stop = last
-            if nulls is not None and nulls[first:last].any():
-                stop = first + int(np.argmax(nulls[first:last]))
+            null = _first_null(nulls, first, last)
+            stop = last if null is None else null
             rows: list[dict] = [{} for _ in range(stop - first)]
             for name, array in zip(names, arrays):  # column by column: 2.5x dict(zip(...))
                 for row, value in zip(rows, array[first:stop]):
                     row[name] = value
             out.extend(rows)
-            if stop < last:
-                return out, self._null_error(g, stop, masks)
-            lo = end
+            if null is not None:
+                return out, self._null_error(g, null, masks)
         return out, None
+
+    def _spans(self, lo: int, hi: int):
+        """``(row group, first row, end row)`` in each group that rows ``lo .. hi-1`` touch."""
+        while lo < hi:
+            g = bisect.bisect_right(self._starts, lo) - 1
+            end = min(hi, self._starts[g + 1])
+            yield g, lo - self._starts[g], end - self._starts[g]
+            lo = end
+
+
+def _first_null(nulls, first: int, last: int) -> int | None:
+    """The first row in ``first .. last-1`` with a null (outside float columns), if any."""
+    if nulls is None or not nulls[first:last].any():
+        return None
+    return first + int(np.argmax(nulls[first:last]))
 
 
 def _placeholder(arrow_type):

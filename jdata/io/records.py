@@ -186,15 +186,22 @@ class _TFRecordIterator(_FileRecordsIterator):
         super().__init__(node, ctx, epoch)
         self._crc = _crc32c()
 
-    def _read(self, handle):
+    def _length(self, handle) -> int | None:
+        """Reads a record's header: the data length, or None at the end of the file."""
         header = handle.read(_HEADER.size)
         if not header:
-            return None, 0
+            return None
         if len(header) < _HEADER.size:
             raise _Corrupt("the file ends inside a record's header (truncated)", True)
         length, length_crc = _HEADER.unpack(header)
         if masked_crc(header[:8], self._crc) != length_crc:
             raise _Corrupt("the record's length fails its checksum (corrupt)", True)
+        return length
+
+    def _read(self, handle):
+        length = self._length(handle)
+        if length is None:
+            return None, 0
         data = handle.read(length)
         footer = handle.read(_FOOTER.size)
         if len(data) < length or len(footer) < _FOOTER.size:
@@ -204,12 +211,9 @@ class _TFRecordIterator(_FileRecordsIterator):
         return data, _HEADER.size + length + _FOOTER.size
 
     def _skip(self, handle):
-        header = handle.read(_HEADER.size)
-        if not header:
+        length = self._length(handle)
+        if length is None:
             return None
-        length, length_crc = _HEADER.unpack(header) if len(header) == _HEADER.size else (0, 0)
-        if len(header) < _HEADER.size or masked_crc(header[:8], self._crc) != length_crc:
-            raise _Corrupt("a passed-over record's header is corrupt or truncated", True)
         handle.seek(length + _FOOTER.size, 1)  # the data is never read
         return _HEADER.size + length + _FOOTER.size
 

@@ -22,7 +22,7 @@ import time
 import weakref
 
 from jdata import _spec
-from jdata.io import codec
+from jdata.io import _paths, codec
 
 METADATA = "jdata_metadata.json"
 FORMAT = "jdata.save/1"
@@ -32,9 +32,9 @@ _LOGGER = logging.getLogger("jdata")
 
 def _local(path, op: str) -> str:
     path = os.fspath(path)
-    if "://" in path and not path.startswith("file://"):
+    if _paths.is_url(path):
         raise ValueError(f"{op}: {path!r}: jdata writes to local directories only, so far")
-    return path.removeprefix("file://")
+    return _paths.strip_file_scheme(path)
 
 
 class DirectoryWriter:
@@ -112,15 +112,13 @@ class DirectoryWriter:
 
 
 def _join(directory: str, name: str) -> str:
-    return f"{directory.rstrip('/')}/{name}" if "://" in directory else os.path.join(
+    return f"{directory.rstrip('/')}/{name}" if _paths.is_url(directory) else os.path.join(
         directory, name)
 
 
 def read_metadata(path: str) -> dict | None:
     """The metadata of a complete directory (local or any fsspec URL), or None if there is
     none at ``path``."""
-    from jdata.io import _paths
-
     try:
         with _paths.open_binary(_join(path, METADATA)) as f:
             metadata = json.loads(f.read())
