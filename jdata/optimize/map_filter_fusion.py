@@ -28,12 +28,9 @@ from jdata._plan import Node
 from jdata.ops.filter import FilterNode, predicate_result
 from jdata.ops.map import MapNode
 from jdata.optimize.rewrite import bottom_up, udf_name
+from jdata.runtime import udf
 
 _DROP, _KEEP, _ASK_AGAIN = np.int8(0), np.int8(1), np.int8(-1)
-
-
-def _call(fn, value):
-    return fn(*value) if type(value) is tuple else fn(value)
 
 
 class _MapThenPredicate:
@@ -46,7 +43,7 @@ class _MapThenPredicate:
     def __call__(self, *args):
         y = _tree.normalize(self.f(*args), "map")
         try:
-            keep = predicate_result(_call(self.p, y), "filter", None)
+            keep = predicate_result(udf.call_unpacked(self.p, y), "filter", None)
         except Exception:  # reported by the filter, which asks p again
             return y, _ASK_AGAIN
         return y, _KEEP if keep else _DROP
@@ -61,7 +58,7 @@ class _Flag:
 
     def __call__(self, y, flag):
         if flag == _ASK_AGAIN:
-            return _call(self.p, y)
+            return udf.call_unpacked(self.p, y)
         return bool(flag)
 
 

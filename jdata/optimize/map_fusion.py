@@ -17,6 +17,7 @@ from jdata import _tree
 from jdata._plan import Node
 from jdata.ops.map import MapNode
 from jdata.optimize.rewrite import bottom_up, udf_name
+from jdata.runtime import udf
 
 
 class _Composed:
@@ -28,7 +29,7 @@ class _Composed:
 
     def __call__(self, *args):
         middle = _tree.normalize(self.f(*args), "map")
-        return self.g(*middle) if type(middle) is tuple else self.g(middle)
+        return udf.call_unpacked(self.g, middle)
 
 
 class _ComposedTraced:
@@ -40,7 +41,7 @@ class _ComposedTraced:
 
     def __call__(self, *args):
         middle = self.f(*args)
-        return self.g(*middle) if type(middle) is tuple else self.g(middle)
+        return udf.call_unpacked(self.g, middle)
 
 
 def fusable(outer: MapNode, inner: Node) -> bool:

@@ -28,6 +28,12 @@ def call(fn, element, op: str, position: int, *extra):
         raise UDFError(op, position, e) from e
 
 
+def call_unpacked(fn, element):
+    """``fn`` on an element with tf.data's tuple unpacking, exceptions let through (for
+    composed UDFs, whose callers report the errors)."""
+    return fn(*element) if type(element) is tuple else fn(element)
+
+
 def call_block(fn, elements: list, op: str, position: int) -> tuple[list, UDFError | None]:
     """``call`` on each element in one tight loop, ``position`` being the first's.
 
@@ -43,7 +49,7 @@ def call_block(fn, elements: list, op: str, position: int) -> tuple[list, UDFErr
         # Mixed types, or map() ended quietly where fn raised StopIteration (which
         # then raises again here, to be reported like any other error).
         for e in elements[len(outputs):]:
-            outputs.append(fn(*e) if type(e) is tuple else fn(e))
+            outputs.append(call_unpacked(fn, e))
     except Exception as e:
         return outputs, _chained(op, position + len(outputs), e)
     return outputs, None
