@@ -45,13 +45,12 @@ def _filename() -> str:
     return f"process_{jax.process_index()}-of-{jax.process_count()}.json"
 
 
-def _item(args: tuple, kwargs: dict, op: str) -> DatasetIterator:
+def _restore_item(args: tuple, kwargs: dict) -> DatasetIterator:
     arg = args[0] if args else kwargs.get("args")
     item = getattr(arg, "item", None)
     if not isinstance(item, DatasetIterator):
-        wanted = "CheckpointSave" if op == "save" else "CheckpointRestore"
-        raise TypeError(f"jdata.checkpoint: {op} needs {wanted}(iterator) with a jdata "
-                        f"iterator, not {arg!r}")
+        raise TypeError("jdata.checkpoint: restore needs CheckpointRestore(iterator) with a "
+                        f"jdata iterator, not {arg!r}")
     return item
 
 
@@ -67,7 +66,7 @@ class CheckpointHandler(ocp.CheckpointHandler):
         (directory / _filename()).write_text(json.dumps(state))
 
     def restore(self, directory, *args, **kwargs) -> DatasetIterator:
-        item = _item(args, kwargs, "restore")
+        item = _restore_item(args, kwargs)
         path = directory / _filename()
         if not path.exists():
             raise FileNotFoundError(
