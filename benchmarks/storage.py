@@ -13,6 +13,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
 
 import numpy as np
 
@@ -64,7 +65,6 @@ def parquet_projection(scale: float, repeats: int, batch_size: int | None = None
     """``(rows/s reading 2 of 20 columns, the same reading all 20)`` of one Parquet file
     (10 float and 10 string columns, row groups of 10k rows), as rows or, with
     ``batch_size``, as batches of column arrays."""
-    import time
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -82,25 +82,28 @@ def parquet_projection(scale: float, repeats: int, batch_size: int | None = None
                                 [f"text-{v}" for v in rng.integers(0, 10**9, n)])
     pq.write_table(pa.table(columns), path, row_group_size=10_000)
 
-    def rate(selected) -> float:
-        best = 0.0
-        for _ in range(repeats):
-            start = time.perf_counter()
-            ds = jdata.from_parquet(path, columns=selected, batch_size=batch_size)
-            count = (sum(1 for _ in ds) if batch_size is None else
-                     sum(len(b["c00"]) for b in ds))
-            best = max(best, count / (time.perf_counter() - start))
-        return best
+    def rows(selected) -> int:
+        ds = jdata.from_parquet(path, columns=selected, batch_size=batch_size)
+        return sum(1 for _ in ds) if batch_size is None else sum(len(b["c00"]) for b in ds)
 
-    return rate(["c00", "c01"]), rate(None)
+    return (_best_rate(lambda: rows(["c00", "c01"]), repeats),
+            _best_rate(lambda: rows(None), repeats))
+
+
+def _best_rate(count, repeats: int) -> float:
+    """The best of ``repeats`` runs of ``count()`` (which returns what it read), per second."""
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        n = count()
+        best = max(best, n / (time.perf_counter() - start))
+    return best
 
 
 def cache_epochs(scale: float) -> tuple[float, float]:
     """``(first epoch seconds, second epoch seconds)`` of the cv workload's JPEG decode and
     resize (a 256-px short side, ``uint8``) behind ``cache(filename)``: the first pass
     decodes and writes, the second reads the directory back."""
-    import time
-
     import jdata
     from benchmarks import cv
 
@@ -122,7 +125,6 @@ def tfrecord_rates(scale: float, repeats: int) -> dict[str, float]:
     """Records/s over 8 TFRecord files (the ArrayRecord file's record sizes): jdata and
     tf.data, each reading the files one after the other and with a parallel interleave
     (cycle 4, 4 threads); tf.data only if installed."""
-    import time
 
     import jdata
 
@@ -150,12 +152,5 @@ def tfrecord_rates(scale: float, repeats: int) -> dict[str, float]:
             .prefetch(tf.data.AUTOTUNE).as_numpy_iterator())
     except ImportError:
         pass
-    rates = {}
-    for name, make in systems.items():
-        best = 0.0
-        for _ in range(repeats):
-            start = time.perf_counter()
-            count = sum(1 for _ in make())
-            best = max(best, count / (time.perf_counter() - start))
-        rates[name] = best
-    return rates
+    return {name: _best_rate(lambda make=make: sum(1 for _ in make()), repeats)
+            for name, make in systems.items()}
