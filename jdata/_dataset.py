@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from jdata import _fingerprint, _plan, _planner, _random, optimize
+from jdata import _fingerprint, _plan, _random, optimize
 from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 from jdata._iterator import DatasetIterator
@@ -24,6 +24,7 @@ from jdata.ops import (batch, bucket_by_sequence_length, cache, concatenate, enu
                        ignore_errors, interleave, map as map_op, options as options_op,
                        padded_batch, prefetch, random_map, rebatch, repeat, scan, shard,
                        shuffle, skip, take, take_while, unbatch, unique, window)
+from jdata.runtime import engine
 from jdata.runtime.context import Context
 from jdata.runtime.udf import check_callable
 
@@ -782,8 +783,8 @@ def check_inputs_combine(node: _plan.Node) -> _plan.Node:
 
 def _explain(node: _plan.Node, indent: int, ctx: Context) -> list[str]:
     line = "  " * indent + f"{node}  [{_count(node.cardinality())}]"
-    engine = _planner.describe_engine(node, ctx)
-    lines = [f"{line}  {engine}" if engine else line]
+    where = engine.describe_engine(node, ctx)
+    lines = [f"{line}  {where}" if where else line]
     for child in node.inputs():
         lines += _explain(child, indent + 1, ctx)
     return lines

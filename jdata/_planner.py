@@ -12,9 +12,9 @@ from typing import Callable
 
 from jdata._constants import AUTOTUNE
 from jdata._plan import Node, walk
-from jdata.runtime import parallel
+from jdata.runtime import engine, executors, parallel
 from jdata.runtime.context import Context
-from jdata.runtime.iterator import IndexIterator, Iterator, Reader
+from jdata.runtime.iterator import IndexIterator, Iterator, Reader, Tunable
 
 IteratorFactory = Callable[[Node, Context, int], Iterator]
 ReaderFactory = Callable[[Node, Context, int], Reader]
@@ -55,7 +55,7 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
     except KeyError:
         raise NotImplementedError(f"no iterator registered for {type(node).__name__}") from None
     iterator = factory(node, ctx, epoch)
-    if isinstance(iterator, parallel.Tunable):
+    if isinstance(iterator, Tunable):
         ctx.autotuner().register(iterator, str(node),
                                  getattr(node, "num_parallel_calls", None) == AUTOTUNE,
                                  getattr(node, "buffer_size", None) == AUTOTUNE)
@@ -69,7 +69,7 @@ def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
     # the autotuner's thread, which cannot travel to worker processes).
     iterator = parallel.ParallelIndexIterator(
         lambda: make_reader(node, Context(options), epoch), parallelism, deterministic,
-        subtree_engine(node, ctx), options.cpu_budget, engine_key(node))
+        engine.subtree_engine(node, ctx), options.cpu_budget, engine.engine_key(node))
     ops = " <- ".join(n.op_name for n in walk(node))
     autotuned = any(getattr(n, "num_parallel_calls", None) == AUTOTUNE for n in walk(node))
     ctx.autotuner().register(iterator, f"{ops} (by index)", autotuned, False)
@@ -82,7 +82,7 @@ def parallel_map(node: Node, ctx: Context, epoch: int, fn: Callable, threads: in
     ``random_map``)."""
     return parallel.ParallelMapIterator(
         make_iterator(node.input, ctx, epoch), fn, threads, deterministic,
-        op_engine(node, ctx), ctx.options.cpu_budget, engine_key(node))
+        engine.op_engine(node, ctx), ctx.options.cpu_budget, engine.engine_key(node))
 
 
 def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:
@@ -93,69 +93,7 @@ def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:
         deterministic = ctx.options.deterministic
     if requested is None:
         return None, deterministic
-    return parallel.resolve_parallelism(requested), deterministic
-
-
-# Ops whose parallel work is a UDF that may hold the GIL (and a batch with a
-# fused map); other ops' parallel work (stacking, prefetching) releases it
-# and always runs on threads.
-_ENGINE_OPS = frozenset({"map", "random_map"})
-
-
-def op_engine(node: Node, ctx: Context) -> str:
-    """Where an op's parallel UDF calls run: ``"threads"``, ``"processes"`` or ``"auto"``.
-
-    ``Options(engine=...)`` decides, except that its default ``"auto"``
-    measures only for ``num_parallel_calls=AUTOTUNE`` and keeps explicit
-    counts on threads, as tf.data does.
-    """
-    runs_udf = node.op_name in _ENGINE_OPS or getattr(node, "map_fn", None) is not None
-    if not runs_udf or getattr(node, "num_parallel_calls", None) is None:
-        return "threads"
-    engine = ctx.options.engine
-    if engine != "auto":
-        return engine
-    return "auto" if getattr(node, "num_parallel_calls", None) == AUTOTUNE else "threads"
-
-
-def subtree_engine(node: Node, ctx: Context) -> str:
-    """The engine of a random-access subtree run by index: the most capable its ops ask.
-
-    ``"auto"`` stays on threads where the subtree runs JAX (a ``vectorize=True``
-    map): XLA releases the GIL, and each worker process would compile again.
-    """
-    nodes = list(walk(node))
-    engines = {op_engine(n, ctx) for n in nodes}
-    if "processes" in engines:
-        return "processes"
-    if "auto" in engines and not any(getattr(n, "vectorize", False) for n in nodes):
-        return "auto"
-    return "threads"
-
-
-def engine_key(node: Node) -> tuple:
-    """What an engine decision depends on: the ops and the code of their UDFs.
-
-    Rebuilding the same pipeline gives the same key, so a decision measured
-    once serves later iterators; a wrong match would only cost speed.
-    """
-    parts = []
-    for n in walk(node):
-        fn = getattr(n, "fn", None) or getattr(n, "map_fn", None)
-        code = getattr(fn, "__code__", None) or getattr(
-            getattr(type(fn), "__call__", None), "__code__", None)
-        parts.append((type(n), code))
-    return tuple(parts)
-
-
-def describe_engine(node: Node, ctx: Context) -> str:
-    """What ``explain()`` says about where a parallel op runs, or ``""``."""
-    if getattr(node, "num_parallel_calls", None) is None:
-        return ""
-    engine = op_engine(node, ctx)
-    if engine == "auto":
-        return "engine: auto (threads if the UDF releases the GIL, else processes; measured)"
-    return f"engine: {engine}"
+    return executors.resolve_parallelism(requested), deterministic
 
 
 def subtree_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from jdata import _planner, _spec, _tree
 from jdata._plan import Node
-from jdata.runtime import parallel
+from jdata.runtime import prefetch
 from jdata.runtime.iterator import Iterator, UnaryIterator
 
 _OP = "to_global"
@@ -92,7 +92,7 @@ def _iterator(node: ToGlobalNode, ctx, epoch: int):
         return converted
     # A thread converts ahead: up to `prefetch` batches sit on the devices; the state is the
     # input's before the oldest of them, so a restore transfers them again.
-    return parallel.PrefetchIterator(converted, node.prefetch)
+    return prefetch.PrefetchIterator(converted, node.prefetch)
 
 
 _planner.register(ToGlobalNode, iterator=_iterator)

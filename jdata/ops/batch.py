@@ -10,7 +10,7 @@ from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
 from jdata.ops import map as map_op
 from jdata.ops.map import MapNode
-from jdata.runtime import parallel
+from jdata.runtime import engine, parallel
 from jdata.runtime.iterator import Iterator, UnaryIterator, read_block
 
 
@@ -145,8 +145,8 @@ def _iterator(node: BatchNode, ctx, epoch: int):
         groups = _MapGroups(input_iterator, size, node.drop_remainder, fn)
         return parallel.ParallelMapIterator(
             groups, lambda group, index: _stack(_map_group(fn, group, index * size)),
-            threads or 1, deterministic, _planner.op_engine(node, ctx), ctx.options.cpu_budget,
-            _planner.engine_key(node))
+            threads or 1, deterministic, engine.op_engine(node, ctx), ctx.options.cpu_budget,
+            engine.engine_key(node))
     if threads:
         # Elements are pulled in order on the consumer's thread (as lists);
         # only the stacking, a copy that releases the GIL, runs on the pool.

@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar
 from jdata import _planner
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
-from jdata.runtime import chunks, nested, parallel, probe, udf
+from jdata.runtime import chunks, nested, prefetch, probe, udf
 from jdata.runtime.context import Context
 from jdata.runtime.iterator import Iterator
 
@@ -162,7 +162,7 @@ class InterleaveIterator(Iterator):
         if index < self._threads:
             # The slot's thread reads ahead in chunks: one handoff per chunk.
             chunk = max(self._block_length, _CHUNK)
-            return chunks.Unchunk(parallel.PrefetchIterator(chunks.Chunks(inner, chunk), 2))
+            return chunks.Unchunk(prefetch.PrefetchIterator(chunks.Chunks(inner, chunk), 2))
         return inner
 
     def _restore_slot(self, saved, index: int) -> _Slot:

@@ -8,7 +8,7 @@ from typing import ClassVar
 from jdata import _planner
 from jdata._constants import AUTOTUNE
 from jdata._plan import Node
-from jdata.runtime import parallel
+from jdata.runtime import prefetch
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -40,7 +40,7 @@ def _iterator(node: PrefetchNode, ctx, epoch: int):
     size = AUTOTUNE_BUFFER if node.buffer_size == AUTOTUNE else node.buffer_size
     if node.start_synchronous and node.buffer_size == AUTOTUNE and ctx.options.autotune:
         size = 0
-    return parallel.PrefetchIterator(input_iterator, size)
+    return prefetch.PrefetchIterator(input_iterator, size)
 
 
 _planner.register(PrefetchNode, iterator=_iterator)

@@ -20,10 +20,10 @@ class Context:
 
     def autotuner(self):
         if self._tuner is None:
-            from jdata.runtime import autotune, parallel
+            from jdata.runtime import autotune, executors
 
             options = self.options
             self._tuner = autotune.Autotuner(
-                options.autotune, options.cpu_budget or parallel.usable_cores(),
+                options.autotune, options.cpu_budget or executors.usable_cores(),
                 options.ram_budget or autotune.default_ram_budget())
         return self._tuner

@@ -26,7 +26,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, Protocol
 
-from jdata.runtime.stats import element_bytes
+from jdata.runtime.stats import OpStats, element_bytes
 
 
 class Iterator:
@@ -57,6 +57,19 @@ class Iterator:
 
     def close(self) -> None:
         """Releases resources held by this iterator and its children."""
+
+
+class Tunable(Iterator):
+    """An asynchronous iterator with statistics and knobs the autotuner may turn."""
+
+    stats: OpStats
+
+    def set_parallelism(self, parallelism: int) -> None:
+        """Changes how many workers compute at once (no-op where fixed)."""
+
+    def set_buffer_size(self, buffer_size: int) -> None:
+        """Changes how many elements are prepared ahead (no-op where fixed)."""
+
 
 
 class Reader(Protocol):

@@ -40,7 +40,7 @@ import cloudpickle
 
 from jdata.runtime import forkserver
 from jdata.runtime import worker as worker_module
-from jdata.runtime.parallel import WorkerError
+from jdata.runtime.outcomes import WorkerError
 
 # How long shutdown waits for a worker to stop before terminating (then killing) it.
 _STOP_TIMEOUT_SEC = 2.0

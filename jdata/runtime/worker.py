@@ -1,7 +1,7 @@
 """The body of a process-engine worker (see ``jdata.runtime.processes``).
 
 A worker receives its job once (a cloudpickled callable from a list of work
-items to a list of ``_Outcome``), then loops: receive ``(task_id, items)``,
+items to a list of ``Outcome``), then loops: receive ``(task_id, items)``,
 compute, send the outcomes back. NumPy arrays in the outcomes travel out of
 band (pickle protocol 5) through shared-memory segments the worker owns: a
 ring of ``SLOTS`` segments, so a segment is rewritten only after the parent
@@ -31,7 +31,7 @@ import traceback
 
 import cloudpickle
 
-from jdata.runtime.parallel import _Outcome
+from jdata.runtime.outcomes import Outcome
 
 SLOTS = 3
 SEGMENT_PREFIX = "jdata_"
@@ -152,7 +152,7 @@ def _sendable(outcome):
         cloudpickle.dumps(outcome, protocol=5)
         return outcome
     except Exception as e:
-        return _Outcome(error=TypeError(
+        return Outcome(error=TypeError(
             f"a worker process computed an element it cannot send back ({e}); elements must "
             "be pytrees of NumPy arrays, NumPy scalars, bytes and str"))
 

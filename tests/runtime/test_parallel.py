@@ -156,7 +156,7 @@ def test_chunks_grow_for_cheap_functions():
 
 
 def _prefetched(n=30, buffer_size=4):
-    from jdata.runtime.parallel import PrefetchIterator
+    from jdata.runtime.prefetch import PrefetchIterator
     ds = jdata.range(n).filter(lambda x: x % 4 != 1).map(lambda x: x * 3)
     return PrefetchIterator(_planner.make_iterator(ds._node, Context(), 0), buffer_size), [
         int(x) for x in ds]
@@ -179,7 +179,7 @@ def test_prefetch_matches_and_restores_at_every_step(buffer_size):
 
 
 def test_prefetch_delivers_errors_in_order_and_continues():
-    from jdata.runtime.parallel import PrefetchIterator
+    from jdata.runtime.prefetch import PrefetchIterator
     ds = jdata.range(10).map(_fails_on_multiples_of_seven)
     it = PrefetchIterator(_planner.make_iterator(ds._node, Context(), 0), 3)
     out = []

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import jdata
-from jdata.runtime import parallel, worker
+from jdata.runtime import outcomes, pool, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 
 PROCESSES = jdata.Options(engine="processes")
@@ -44,7 +44,7 @@ def _wait_until(condition, what: str) -> None:
         time.sleep(0.01)
 
 
-def _pool(it: jdata.DatasetIterator) -> parallel._Pool:
+def _pool(it: jdata.DatasetIterator) -> pool.Pool:
     stage = it._root
     while not hasattr(stage, "_pool"):  # under the prefetch the optimizer adds
         stage = stage._input
@@ -108,8 +108,8 @@ def test_arrays_come_back_through_shared_memory_not_the_pickle():
     arena = worker._Arena(os.getpid())
     try:
         big = np.arange(250_000, dtype=np.float32)  # 1 MB
-        outcomes = [parallel._Outcome({"big": big, "small": np.int64(3), "text": b"abc"})]
-        name, spans, _, payload = worker.encode(outcomes, arena)
+        results = [outcomes.Outcome({"big": big, "small": np.int64(3), "text": b"abc"})]
+        name, spans, _, payload = worker.encode(results, arena)
         assert name.startswith(f"jdata_{os.getpid()}_")
         assert spans == [(0, big.nbytes)]
         assert len(payload) < 1000  # the megabyte is not in the pickle
@@ -156,7 +156,7 @@ def test_worker_exception_carries_op_position_and_remote_traceback():
         next(it)
     cause = info.value.__cause__
     assert isinstance(cause, KeyError)
-    assert isinstance(cause.__cause__, parallel.RemoteTraceback)
+    assert isinstance(cause.__cause__, outcomes.RemoteTraceback)
     assert "_raise_on_5" in str(cause.__cause__) and "no five" in str(cause.__cause__)
     assert [int(x) for x in it] == [6, 7, 8, 9]  # iteration goes on after the error
     it.close()
@@ -199,11 +199,11 @@ def test_a_killed_worker_raises_instead_of_hanging_and_a_restore_goes_on():
     victim = _pool(it)._executor.pids()[0]
     os.kill(victim, signal.SIGKILL)
     seen = 1
-    with pytest.raises(parallel.WorkerError, match="died"):
+    with pytest.raises(outcomes.WorkerError, match="died"):
         for _ in it:
             seen += 1
     state = it.get_state()
-    with pytest.raises(parallel.WorkerError):  # it stays failed: nothing is skipped
+    with pytest.raises(outcomes.WorkerError):  # it stays failed: nothing is skipped
         next(it)
     assert state["state"]["index"] == seen  # the lost elements are still ahead
     it.set_state(state)  # the dead worker is replaced

@@ -1,0 +1,175 @@
+"""Threads or processes: where a parallel op's UDF calls run, and the measurement
+that decides it for ``Options(engine="auto")``.
+
+A job that releases the GIL (NumPy, PIL, I/O) runs in parallel on threads;
+one that holds it needs worker processes. ``EngineChooser`` tells them
+apart from the first chunks computed on threads; its decisions are kept per
+pipeline code (``engine_key``) for later iterators.
+"""
+
+from __future__ import annotations
+
+from jdata._constants import AUTOTUNE
+from jdata._plan import Node, walk
+from jdata.runtime.context import Context
+
+# The engine choice: chunks ignored, then measured, and the least time measured.
+_WARMUP_CHUNKS = 1
+_DECIDE_CHUNKS = 4
+_DECIDE_SEC = 0.01
+# Processes win if fewer than this fraction of the threads ran at once: they run
+# all at once but pay for pickling and copies (about 80% efficient), and a switch
+# needs a clear gain (1.5x) to be worth it: 0.8 / 1.5.
+_PROCESS_ADVANTAGE = 0.55
+# Below this many threads on CPU at once, the UDF mostly waits (I/O, sleeps).
+_MOSTLY_WAITING = 0.3
+# The UDF is a bottleneck worth processes if the consumer waited this much of the window.
+_BOTTLENECK_WAIT = 0.2
+
+
+
+# Ops whose parallel work is a UDF that may hold the GIL (and a batch with a
+# fused map); other ops' parallel work (stacking, prefetching) releases it
+# and always runs on threads.
+_ENGINE_OPS = frozenset({"map", "random_map"})
+
+
+def op_engine(node: Node, ctx: Context) -> str:
+    """Where an op's parallel UDF calls run: ``"threads"``, ``"processes"`` or ``"auto"``.
+
+    ``Options(engine=...)`` decides, except that its default ``"auto"``
+    measures only for ``num_parallel_calls=AUTOTUNE`` and keeps explicit
+    counts on threads, as tf.data does.
+    """
+    runs_udf = node.op_name in _ENGINE_OPS or getattr(node, "map_fn", None) is not None
+    if not runs_udf or getattr(node, "num_parallel_calls", None) is None:
+        return "threads"
+    engine = ctx.options.engine
+    if engine != "auto":
+        return engine
+    return "auto" if getattr(node, "num_parallel_calls", None) == AUTOTUNE else "threads"
+
+
+def subtree_engine(node: Node, ctx: Context) -> str:
+    """The engine of a random-access subtree run by index: the most capable its ops ask.
+
+    ``"auto"`` stays on threads where the subtree runs JAX (a ``vectorize=True``
+    map): XLA releases the GIL, and each worker process would compile again.
+    """
+    nodes = list(walk(node))
+    engines = {op_engine(n, ctx) for n in nodes}
+    if "processes" in engines:
+        return "processes"
+    if "auto" in engines and not any(getattr(n, "vectorize", False) for n in nodes):
+        return "auto"
+    return "threads"
+
+
+def engine_key(node: Node) -> tuple:
+    """What an engine decision depends on: the ops and the code of their UDFs.
+
+    Rebuilding the same pipeline gives the same key, so a decision measured
+    once serves later iterators; a wrong match would only cost speed.
+    """
+    parts = []
+    for n in walk(node):
+        fn = getattr(n, "fn", None) or getattr(n, "map_fn", None)
+        code = getattr(fn, "__code__", None) or getattr(
+            getattr(type(fn), "__call__", None), "__code__", None)
+        parts.append((type(n), code))
+    return tuple(parts)
+
+
+def describe_engine(node: Node, ctx: Context) -> str:
+    """What ``explain()`` says about where a parallel op runs, or ``""``."""
+    if getattr(node, "num_parallel_calls", None) is None:
+        return ""
+    engine = op_engine(node, ctx)
+    if engine == "auto":
+        return "engine: auto (threads if the UDF releases the GIL, else processes; measured)"
+    return f"engine: {engine}"
+
+
+def initial_engine(engine: str, cpu_budget: int, parallelism: int,
+                    decision_key) -> tuple[str, str, EngineChooser | None]:
+    """``(engine to start on, why, chooser)``: ``"auto"`` starts on threads and
+    measures, unless one core makes it moot or an earlier iterator decided."""
+    if engine != "auto":
+        reason = ("a fixed num_parallel_calls, Options(engine='threads'), or JAX code in "
+                  "the work (XLA releases the GIL)"
+                  if engine == "threads" else f"Options(engine={engine!r})")
+        return engine, reason, None
+    if cpu_budget < 2 or parallelism < 2:
+        return "threads", "one core or one worker: processes cannot run more at once", None
+    earlier = _DECISIONS.get(decision_key) if decision_key is not None else None
+    if earlier is not None:
+        return earlier[0], f"{earlier[1]} (measured by an earlier iterator)", None
+    return ("threads", "chosen by measurement after the first chunks",
+            EngineChooser(cpu_budget, decision_key))
+
+
+# Engine decisions by the code they measured (see ``engine_key``), for
+# later iterators of the same pipeline; bounded, as pipelines may be built anew.
+_DECISIONS: dict = {}
+_MAX_DECISIONS = 1024
+
+
+class EngineChooser:
+    """Decides threads or processes from the first chunks computed on threads.
+
+    Over a window of chunks, the worker threads' CPU time divided by the
+    window's wall time is how many of them ran at once. A job that releases
+    the GIL (NumPy, PIL, I/O) runs them in parallel; one that holds it runs
+    one at a time, whatever the thread count (Cedar's test: wall versus CPU
+    time under threads); one that waits on I/O keeps few of them on CPU at
+    all, and threads overlap its waits. That matters only if the consumer
+    waited for the pool: otherwise the UDF is not the bottleneck.
+    """
+
+    def __init__(self, cpu_budget: int, decision_key=None):
+        self._cpu_budget = cpu_budget
+        self._key = decision_key
+        self._chunks = 0
+        self._first_start: float | None = None
+        self._last_end = 0.0
+        self._cpu = self._waited = 0.0
+
+    def record(self, timing: tuple[float, float, float], waited: float,
+               threads: int) -> tuple[str, str] | None:
+        """Adds a chunk's ``(start, end, CPU)``; ``(engine, reason)`` once decided.
+
+        The decision is remembered under ``decision_key`` (the op's code):
+        later iterators (the next epoch, the next ``iter(ds)``, the same
+        pipeline built again) start with it instead of measuring again.
+        """
+        decision = self._decide(timing, waited, threads)
+        if decision is not None and self._key is not None:
+            if len(_DECISIONS) >= _MAX_DECISIONS:
+                _DECISIONS.clear()
+            _DECISIONS[self._key] = decision
+        return decision
+
+    def _decide(self, timing, waited: float, threads: int) -> tuple[str, str] | None:
+        self._chunks += 1
+        if self._chunks <= _WARMUP_CHUNKS:
+            return None  # first calls pay imports and caches
+        start, end, cpu = timing
+        if self._first_start is None:
+            self._first_start = start
+        self._last_end = max(self._last_end, end)
+        self._cpu += cpu
+        self._waited += waited
+        window = self._last_end - self._first_start
+        if self._chunks < _WARMUP_CHUNKS + _DECIDE_CHUNKS or window < _DECIDE_SEC:
+            return None
+        running = self._cpu / window
+        measured = (f"{running:.2f} of {threads} worker threads ran at once over "
+                    f"{self._chunks - _WARMUP_CHUNKS} chunks")
+        if self._waited < _BOTTLENECK_WAIT * window:
+            return "threads", (f"the consumer waited for the UDF only {self._waited / window:.0%}"
+                               f" of the time: it is not the bottleneck")
+        if running < _MOSTLY_WAITING:
+            return "threads", f"{measured}: the UDF mostly waits (I/O), which threads overlap"
+        if running < _PROCESS_ADVANTAGE * threads:
+            return "processes", f"{measured}: the UDF holds the GIL"
+        return "threads", f"{measured}: the UDF releases the GIL enough for threads"

@@ -1,0 +1,217 @@
+"""The pool behind parallel iterators: chunks of work in flight on an executor.
+
+Work is submitted in chunks of consecutive elements sized from measured
+processing time (``ChunkSizer``), so that cheap functions do not pay a
+thread hand-off per element. A ``Pool`` runs its chunks on threads or, for
+UDFs that hold the GIL, in worker processes (``jdata.runtime.processes``);
+with ``engine="auto"`` an ``EngineChooser`` (``jdata.runtime.engine``)
+moves it from threads to processes by measurement. Neither the outputs nor
+the states depend on the engine.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import threading
+import time
+from typing import Any, Callable
+
+from jdata.runtime import executors
+from jdata.runtime.engine import initial_engine
+from jdata.runtime.iterator import Reader
+from jdata.runtime.outcomes import Outcome, compute_all
+from jdata.runtime.stats import OpStats
+
+# A chunk should take about this long, so thread hand-offs stay negligible.
+_TARGET_CHUNK_SEC = 2e-3
+_MAX_CHUNK = 256
+# Worker processes pay an IPC round trip per chunk, so their chunks are longer.
+_TARGET_PROCESS_CHUNK_SEC = 10e-3
+# Chunks in flight per worker: enough to keep every worker busy while the
+# consumer drains results.
+_CHUNKS_PER_WORKER = 2
+
+
+class ChunkSizer:
+    """Sizes chunks so each takes about ``target_sec`` (an EMA of time per element)."""
+
+    def __init__(self, target_sec: float = _TARGET_CHUNK_SEC):
+        self.target_sec = target_sec
+        self._sec_per_element: float | None = None
+
+    def record(self, seconds: float, elements: int) -> None:
+        if elements:
+            sample = seconds / elements
+            old = self._sec_per_element
+            self._sec_per_element = sample if old is None else 0.8 * old + 0.2 * sample
+
+    def size(self) -> int:
+        if self._sec_per_element is None:
+            return 1
+        return max(1, min(_MAX_CHUNK, int(self.target_sec / max(self._sec_per_element, 1e-9))))
+
+
+
+class IndexJob:
+    """Computes ``reader[i]`` for a chunk of indices; one reader per thread or process.
+
+    Readers cache blocks of keys and permutations, so they are not
+    thread-safe; building one is cheap and deterministic.
+    """
+
+    def __init__(self, make_reader: Callable[[], Reader]):
+        self._make_reader = make_reader
+        self._local = threading.local()
+
+    def reader(self) -> Reader:
+        reader = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._local.reader = self._make_reader()
+        return reader
+
+    def __call__(self, indices: list[int]) -> list[Outcome]:
+        reader = self.reader()
+        read_block = getattr(reader, "read_block", None)
+        if read_block is None or indices[-1] - indices[0] != len(indices) - 1:
+            return compute_all(reader.__getitem__, indices)
+        # Consecutive indices: one block read (a file's batched read, a map's tight loop),
+        # going on after each failing element as element-by-element reads would.
+        out: list[Outcome] = []
+        lo, hi = indices[0], indices[-1] + 1
+        while lo < hi:
+            elements, error = read_block(lo, hi)
+            if not elements and error is None:  # never by contract; never loop on it
+                return out + compute_all(reader.__getitem__, range(lo, hi))
+            out.extend(map(Outcome, elements))
+            lo += len(elements)
+            if error is not None:
+                out.append(Outcome(error=error))
+                lo += 1
+        return out
+
+    def __reduce__(self):
+        return IndexJob, (self._make_reader,)
+
+
+class MapJob:
+    """Computes ``fn(element, position)`` for a chunk of ``(position, element)`` items.
+
+    An item whose element is an ``Outcome`` is an input error, passed on.
+    """
+
+    def __init__(self, fn: Callable[[Any, int], Any]):
+        self._fn = fn
+
+    def _apply(self, item):
+        position, element = item
+        if isinstance(element, Outcome):
+            return element.get()
+        return self._fn(element, position)
+
+    def __call__(self, items: list) -> list[Outcome]:
+        return compute_all(self._apply, items)
+
+
+
+class Pool:
+    """An executor plus the bookkeeping of chunks in flight, in submission order.
+
+    ``engine`` is ``"threads"``, ``"processes"`` or ``"auto"``: start on
+    threads and move to processes if the first chunks show that the job
+    holds the GIL (see ``EngineChooser``).
+    """
+
+    def __init__(self, job: Callable, parallelism: int, engine: str = "threads",
+                 cpu_budget: int | None = None, decision_key=None):
+        self.job = job
+        self.parallelism = parallelism
+        self.cpu_budget = cpu_budget or executors.usable_cores()
+        self.inflight: collections.deque = collections.deque()
+        self.engine, self.engine_reason, self.chooser = initial_engine(
+            engine, self.cpu_budget, parallelism, decision_key)
+        self._executor = self._start(self.engine)
+        self.sizer = ChunkSizer(chunk_target(self.engine))
+        self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
+                             engine_reason=self.engine_reason)
+
+    def _start(self, engine: str):
+        if engine == "processes":
+            from jdata.runtime import processes
+            return processes.ProcessExecutor(self.job, self.parallelism)
+        return executors.ThreadExecutor(self.job, self.parallelism, self.cpu_budget)
+
+    def resize(self, parallelism: int) -> None:
+        self.parallelism = self.stats.parallelism = parallelism
+        self._executor.resize(parallelism)
+
+    def full(self) -> bool:
+        return len(self.inflight) >= self.parallelism * _CHUNKS_PER_WORKER
+
+    def submit(self, items: list, tags: list) -> None:
+        self.inflight.append((tags, self._executor.submit(items)))
+
+    def take(self, deterministic: bool) -> list[tuple[Any, Outcome]]:
+        """The next finished chunk as ``(tag, outcome)`` pairs.
+
+        The oldest chunk when deterministic, else whichever finishes first.
+        """
+        if deterministic:
+            tags, future = self.inflight.popleft()
+        else:
+            done, _ = cf.wait([f for _, f in self.inflight], return_when=cf.FIRST_COMPLETED)
+            position = next(i for i, (_, f) in enumerate(self.inflight) if f in done)
+            tags, future = self.inflight[position]
+            del self.inflight[position]
+        if future.done():
+            waited = 0.0
+            outcomes, timing = future.result()
+        else:
+            start = time.perf_counter()
+            outcomes, timing = future.result()
+            waited = time.perf_counter() - start
+        self._record(outcomes, timing, waited)
+        if self.chooser is not None:  # measuring on threads
+            self._maybe_switch(timing, waited)
+        return list(zip(tags, outcomes, strict=True))
+
+    def _record(self, outcomes: list, timing: tuple, waited: float) -> None:
+        busy = timing[1] - timing[0]
+        self.sizer.record(busy, len(outcomes))
+        stats = self.stats
+        stats.elements += len(outcomes)
+        stats.busy_sec += busy
+        stats.wait_sec += waited
+        stats.buffered = sum(len(tags) for tags, _ in self.inflight)
+        if outcomes and outcomes[0].error is None:
+            stats.record_bytes(outcomes[0].value)
+
+    def _maybe_switch(self, timing: tuple[float, float, float], waited: float) -> None:
+        decision = self.chooser.record(timing, waited, self.parallelism)
+        if decision is None:
+            return
+        engine, reason = decision
+        if engine == "processes":
+            old, self._executor = self._executor, self._start("processes")
+            old.shutdown()  # its chunks in flight still finish and are taken in order
+            self.sizer = ChunkSizer(chunk_target(engine))
+        # Published last (other threads read them: stats, tests): no half-made decision shows.
+        self.engine, self.engine_reason = engine, reason
+        self.stats.engine, self.stats.engine_reason = engine, reason
+        self.chooser = None
+
+    def cancel(self) -> None:
+        for _, future in self.inflight:
+            future.cancel()
+        self.inflight.clear()
+
+    def shutdown(self) -> None:
+        self.cancel()
+        self._executor.shutdown()
+
+
+
+def chunk_target(engine: str) -> float:
+    return _TARGET_PROCESS_CHUNK_SEC if engine == "processes" else _TARGET_CHUNK_SEC
+
+

@@ -1,0 +1,155 @@
+"""Prefetching on a background thread, with exact state."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from jdata.runtime.iterator import Iterator, Tunable
+from jdata.runtime.outcomes import Outcome
+from jdata.runtime.stats import OpStats
+
+_END = object()  # the producer saw the input's end
+# How long close() waits for a pull in progress before leaving the (daemon)
+# producer thread to finish it alone.
+_CLOSE_TIMEOUT_SEC = 10.0
+# How often a consumer waiting for an element checks that the producer lives.
+_POLL_SEC = 1.0
+# Prefetch measures the size of one element in this many.
+_BYTES_SAMPLE_EVERY = 16
+
+
+class PrefetchIterator(Tunable):
+    """Pulls up to ``buffer_size`` elements ahead on a background thread.
+
+    Each buffered element carries the input's state from just before it, so
+    ``get_state`` returns the state before the oldest buffered element: a
+    restore re-pulls what was buffered. Lock order is input, then buffer:
+    the producer appends an element while still holding the input lock, so
+    ``get_state`` (which takes both) never sees an element that has left the
+    input but not reached the buffer.
+
+    A ``buffer_size`` of 0 pulls synchronously, on the consumer's thread,
+    until the autotuner gives it a buffer (see ``InjectPrefetchRule``): a
+    thread handoff only pays when the consumer has work of its own to
+    overlap.
+    """
+
+    def __init__(self, input_iterator: Iterator, buffer_size: int):
+        self._input = input_iterator
+        self._buffer_size = buffer_size
+        self._input_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._buffer: collections.deque = collections.deque()  # (state before, outcome)
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.stats = OpStats("prefetch", 1, buffer_size)
+
+    def set_buffer_size(self, buffer_size: int) -> None:
+        with self._cond:
+            # Once a producer thread runs, a buffer stays (at least 1).
+            if self._thread is not None:
+                buffer_size = max(1, buffer_size)
+            self._buffer_size = self.stats.buffer_size = buffer_size
+            self._cond.notify_all()
+
+    def _next_synchronously(self):
+        stats = self.stats
+        start = time.perf_counter()
+        try:
+            return next(self._input)
+        finally:
+            busy = time.perf_counter() - start
+            # The consumer waits for the whole pull: to the model, a buffer of 0.
+            stats.busy_sec += busy
+            stats.wait_sec += busy
+            stats.elements += 1
+
+    def _start(self) -> None:
+        self._stop = False
+        self._thread = threading.Thread(target=self._produce, name="jdata-prefetch", daemon=True)
+        self._thread.start()
+
+    def _produce(self) -> None:
+        stats = self.stats
+        while True:
+            with self._cond:
+                while len(self._buffer) >= self._buffer_size and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+            with self._input_lock:
+                if self._stop:
+                    return
+                before = None
+                start = time.perf_counter()
+                try:
+                    before = self._input.get_state()
+                    outcome = Outcome(next(self._input))
+                    if stats.elements % _BYTES_SAMPLE_EVERY == 0:
+                        stats.record_bytes(outcome.value)
+                except StopIteration:
+                    outcome = _END
+                except BaseException as e:  # delivered to the consumer in order
+                    outcome = Outcome(error=e)
+                stats.busy_sec += time.perf_counter() - start
+                with self._cond:
+                    self._buffer.append((before, outcome))
+                    self._cond.notify_all()
+            if outcome is _END:
+                return
+
+    def __next__(self):
+        if self._thread is None:
+            if self._buffer_size == 0:
+                return self._next_synchronously()
+            self._start()
+        with self._cond:
+            if not self._buffer:
+                start = time.perf_counter()
+                while not self._buffer:
+                    if not self._cond.wait(_POLL_SEC) and not self._thread.is_alive():
+                        raise RuntimeError("jdata: the prefetch thread ended without a result")
+                self.stats.wait_sec += time.perf_counter() - start
+            _, outcome = self._buffer[0]
+            if outcome is _END:
+                raise StopIteration  # kept in the buffer: the end stays the end
+            self._buffer.popleft()
+            self.stats.elements += 1
+            self.stats.buffered = len(self._buffer)
+            self._cond.notify_all()
+        return outcome.get()
+
+    def get_state(self):
+        with self._input_lock, self._cond:
+            if self._buffer:
+                return self._buffer[0][0]
+            return self._input.get_state()
+
+    def _halt(self, timeout: float | None = None) -> bool:
+        """Stops the producer; False if a pull in progress outlived ``timeout``."""
+        thread = self._thread
+        if thread is None:
+            return True
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        # The producer checks _stop between pulls; a pull in progress (a slow
+        # UDF upstream) cannot be interrupted, only waited for.
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+        self._thread = None
+        return True
+
+    def set_state(self, state):
+        self._halt()  # the input must be idle before it moves
+        self._buffer.clear()
+        self._input.set_state(state)
+
+    def close(self):
+        self._buffer.clear()
+        if self._halt(_CLOSE_TIMEOUT_SEC):
+            self._input.close()
+        # Otherwise the producer still uses the input; it exits after its pull.
