@@ -49,7 +49,7 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
         parallelism, deterministic = subtree_parallelism(node, ctx)
         if parallelism:
             return _parallel_subtree(node, ctx, epoch, parallelism, deterministic)
-        return IndexIterator(make_reader(node, ctx, epoch))
+        return IndexIterator(make_reader(node, ctx, epoch), node.op_name)
     try:
         factory = _ITERATORS[type(node)]
     except KeyError:
@@ -69,7 +69,8 @@ def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
     # the autotuner's thread, which cannot travel to worker processes).
     iterator = parallel.ParallelIndexIterator(
         lambda: make_reader(node, Context(options), epoch), parallelism, deterministic,
-        engine.subtree_engine(node, ctx), options.cpu_budget, engine.engine_key(node))
+        engine.subtree_engine(node, ctx), options.cpu_budget, engine.engine_key(node),
+        node.op_name)
     ops = " <- ".join(n.op_name for n in walk(node))
     autotuned = any(getattr(n, "num_parallel_calls", None) == AUTOTUNE for n in walk(node))
     ctx.autotuner().register(iterator, f"{ops} (by index)", autotuned, False)
@@ -82,7 +83,8 @@ def parallel_map(node: Node, ctx: Context, epoch: int, fn: Callable, threads: in
     ``random_map``)."""
     return parallel.ParallelMapIterator(
         make_iterator(node.input, ctx, epoch), fn, threads, deterministic,
-        engine.op_engine(node, ctx), ctx.options.cpu_budget, engine.engine_key(node))
+        engine.op_engine(node, ctx), ctx.options.cpu_budget, engine.engine_key(node),
+        node.op_name)
 
 
 def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:

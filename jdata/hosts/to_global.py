@@ -72,6 +72,8 @@ def _global(sharding, leaf, path):
 class _Globalize(UnaryIterator):
     """Each per-host batch as a pytree of global arrays (the transfers start here)."""
 
+    OP = "to_global"
+
     def __init__(self, input_iterator: Iterator, sharding):
         super().__init__(input_iterator)
         self._sharding = sharding

@@ -19,6 +19,7 @@ from jdata import _fingerprint, _planner
 from jdata._constants import INFINITE
 from jdata._plan import Node
 from jdata.io import saved
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -112,14 +113,16 @@ class _FileCacheIterator(Iterator):
         if writer is not None:
             writer.abandon()
 
-    def get_state(self):
-        return {"from_cache": self._from_cache, "inner": self._inner.get_state()}
+    def snapshot(self):
+        return {"from_cache": self._from_cache, "inner": self._inner.snapshot()}
 
     def set_state(self, state):
+        op = "snapshot" if self._node.snapshot else "cache"
+        from_cache = states.Fields(state, op, ("from_cache", "inner")).bool("from_cache")
         self._abandon()  # elements before the restored position are not in this writer
-        if bool(state["from_cache"]) != self._from_cache:
+        if from_cache != self._from_cache:
             self._inner.close()
-            if state["from_cache"]:
+            if from_cache:
                 metadata = self._complete_metadata()
                 if metadata is None:
                     raise ValueError(f"cache: the state reads {self._node.directory}, which "
@@ -128,7 +131,7 @@ class _FileCacheIterator(Iterator):
                     saved.reader_node(self._node.directory, metadata), self._ctx, 0)
             else:
                 self._inner = _planner.make_iterator(self._node.input, self._ctx, self._epoch)
-            self._from_cache = bool(state["from_cache"])
+            self._from_cache = from_cache
         self._inner.set_state(state["inner"])
 
     def close(self):

@@ -20,6 +20,7 @@ from jdata._errors import DataError
 from jdata._plan import Node
 from jdata._spec import STRING, TensorSpec
 from jdata.io import _paths
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 COMPRESSIONS = ("", "GZIP")
@@ -146,15 +147,18 @@ class _FileRecordsIterator(Iterator):
         record, size = self._read(handle)
         return None if record is None else size
 
-    def get_state(self):
+    def snapshot(self):
         return {"file": self._file, "offset": self._offset, "record": self._record,
                 "position": self._position, "lost_file": self._lost_file}
 
     def set_state(self, state):
+        fields = states.Fields(state, self._op, ("file", "offset", "record", "position",
+                                                 "lost_file"))
+        checked = (fields.int("file", 0, len(self._paths)), fields.int("offset"),
+                   fields.int("record"), fields.int("position"), fields.bool("lost_file"))
         self._close_handle()
-        self._file, self._offset = int(state["file"]), int(state["offset"])
-        self._record, self._position = int(state["record"]), int(state["position"])
-        self._lost_file = bool(state["lost_file"])
+        (self._file, self._offset, self._record, self._position,
+         self._lost_file) = checked
 
     def close(self):
         self._close_handle()

@@ -75,6 +75,8 @@ class BatchIterator(UnaryIterator):
     A batch is pulled within one ``__next__``, so the state is the input's.
     """
 
+    OP = "batch"
+
     def __init__(self, input_iterator: Iterator, batch_size: int, drop_remainder: bool, stack):
         super().__init__(input_iterator)
         self._batch_size = batch_size
@@ -110,11 +112,13 @@ class _MapGroups(UnaryIterator):
     (and discarded), so that its errors surface as they would unfused.
     """
 
+    OP = "batch"
+    COUNTERS = ("group",)
+
     def __init__(self, input_iterator: Iterator, batch_size: int, drop_remainder: bool, fn):
         super().__init__(input_iterator)
         self._groups = BatchIterator(input_iterator, batch_size, False, list)
         self._batch_size, self._drop_remainder, self._fn = batch_size, drop_remainder, fn
-        self._group = 0
 
     def __next__(self):
         group = next(self._groups)
@@ -124,13 +128,6 @@ class _MapGroups(UnaryIterator):
             _map_group(self._fn, group, index * self._batch_size)
             raise StopIteration
         return group
-
-    def get_state(self):
-        return {"input": self._input.get_state(), "group": self._group}
-
-    def set_state(self, state):
-        self._input.set_state(state["input"])
-        self._group = int(state["group"])
 
 
 def _map_group(fn, group: list, first_position: int) -> list:
@@ -146,13 +143,13 @@ def _iterator(node: BatchNode, ctx, epoch: int):
         return parallel.ParallelMapIterator(
             groups, lambda group, index: _stack(_map_group(fn, group, index * size)),
             threads or 1, deterministic, engine.op_engine(node, ctx), ctx.options.cpu_budget,
-            engine.engine_key(node))
+            engine.engine_key(node), "batch")
     if threads:
         # Elements are pulled in order on the consumer's thread (as lists);
         # only the stacking, a copy that releases the GIL, runs on the pool.
         groups = BatchIterator(input_iterator, node.batch_size, node.drop_remainder, list)
         return parallel.ParallelMapIterator(groups, lambda group, _: _stack(group), threads,
-                                            deterministic)
+                                            deterministic, op="batch")
     return BatchIterator(input_iterator, node.batch_size, node.drop_remainder, _stack)
 
 

@@ -15,6 +15,7 @@ from jdata import _planner
 from jdata._constants import INFINITE
 from jdata._errors import UDFError
 from jdata._plan import Node
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -109,7 +110,7 @@ class _CacheIterator(Iterator):
             _STORES[self._node] = _Cached(self._pending, self._input_epoch)
         self._pending = None
 
-    def get_state(self):
+    def snapshot(self):
         if self._cached is not None:
             return {"from_cache": True, "index": self._index, "epoch": self._cached.epoch,
                     "input": None}
@@ -117,13 +118,16 @@ class _CacheIterator(Iterator):
             return {"from_cache": True, "index": self._index, "epoch": self._input_epoch,
                     "input": None}
         return {"from_cache": False, "index": self._index, "epoch": self._input_epoch,
-                "input": self._input.get_state()}
+                "input": self._input.snapshot()}
 
     def set_state(self, state):
-        index, epoch = int(state["index"]), int(state["epoch"])
+        index, epoch = self._check(state)
         self._index = index
         cached = _STORES.get(self._node)
         if state["from_cache"] and cached is not None and cached.epoch == epoch:
+            if index > len(cached.elements):
+                raise states.invalid("cache", "index", f"{index} is past the cache's "
+                                     f"{len(cached.elements)} elements")
             self._cached, self._pending = cached, None
             self._close_input()
             return
@@ -148,6 +152,18 @@ class _CacheIterator(Iterator):
             self._open_input(epoch)
             self._input.set_state(state["input"])
             self._pending = None  # this pass missed the start: it cannot fill the cache
+
+    def _check(self, state) -> tuple[int, int]:
+        fields = states.Fields(state, "cache", ("from_cache", "index", "epoch", "input"))
+        index, epoch = fields.int("index"), fields.int("epoch", 0, states.MAX_EPOCH)
+        from_cache = fields.bool("from_cache")
+        n = self._node.cardinality()
+        if from_cache and (n == INFINITE or (n >= 0 and index > n)):
+            # A pass over the cache (or re-read to fill it) ends with the input.
+            raise states.invalid("cache", "index", f"{index} is past the input's end")
+        if from_cache != (state["input"] is None):
+            raise states.invalid("cache", "input", "must be null exactly when reading the cache")
+        return index, epoch
 
     def _refill(self, index: int, epoch: int) -> None:
         # The state came from a pass that filled (or was filling) the cache of

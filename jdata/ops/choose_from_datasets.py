@@ -13,6 +13,7 @@ import numpy as np
 from jdata import _planner, _spec
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -71,20 +72,32 @@ class _ChooseIterator(Iterator):
                     self._exhausted[chosen] = True
         raise StopIteration
 
-    def get_state(self):
-        return {"choice": self._choice.get_state(), "exhausted": list(self._exhausted),
-                "inputs": [it.get_state() for it in self._inputs]}
+    def snapshot(self):
+        return {"choice": self._choice.snapshot(), "exhausted": list(self._exhausted),
+                "inputs": [it.snapshot() for it in self._inputs]}
 
     def set_state(self, state):
+        exhausted, saved = check_inputs(state, "choose_from_datasets", ("choice",),
+                                         len(self._inputs))
         self._choice.set_state(state["choice"])
-        self._exhausted = [bool(done) for done in state["exhausted"]]
-        for it, s in zip(self._inputs, state["inputs"]):
+        self._exhausted = exhausted
+        for it, s in zip(self._inputs, saved):
             it.set_state(s)
 
     def close(self):
         self._choice.close()
         for it in self._inputs:
             it.close()
+
+
+def check_inputs(state, op: str, own: tuple[str, ...], num_inputs: int) -> tuple[list, list]:
+    """The checked ``exhausted`` flags and input states of a state over several datasets
+    (shared with ``sample_from_datasets``); ``own`` names the op's other fields."""
+    fields = states.Fields(state, op, (*own, "exhausted", "inputs"))
+    exhausted = fields.list("exhausted", num_inputs)
+    if not all(isinstance(done, bool) for done in exhausted):
+        raise states.invalid(op, "exhausted", "must be a list of true/false")
+    return list(exhausted), fields.list("inputs", num_inputs)
 
 
 def _check_choice(value, num_datasets: int) -> int:

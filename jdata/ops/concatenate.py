@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from jdata import _planner, _spec
 from jdata._plan import Node, add_cardinalities
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -61,12 +62,13 @@ class _ConcatenateIterator(Iterator):
                 self._part = 1
         return next(self._parts[1])
 
-    def get_state(self):
-        return {"part": self._part, "first": self._parts[0].get_state(),
-                "second": self._parts[1].get_state()}
+    def snapshot(self):
+        return {"part": self._part, "first": self._parts[0].snapshot(),
+                "second": self._parts[1].snapshot()}
 
     def set_state(self, state):
-        self._part = int(state["part"])
+        part = states.Fields(state, "concatenate", ("part", "first", "second")).int("part", 0, 1)
+        self._part = part
         self._parts[0].set_state(state["first"])
         self._parts[1].set_state(state["second"])
 

@@ -11,6 +11,7 @@ from jdata import _planner
 from jdata._constants import INFINITE
 from jdata._plan import Node
 from jdata._spec import TensorSpec
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -40,11 +41,22 @@ class _CounterIterator(Iterator):
         self._count += 1
         return value
 
-    def get_state(self):
+    def snapshot(self):
         return {"count": self._count}
 
     def set_state(self, state):
-        self._count = int(state["count"])
+        # The values must stay int64, as counting there would.
+        if self._step == 0:
+            last = states.MAX_COUNT
+        elif self._step > 0:
+            last = (_INT64_MAX - self._start) // self._step
+        else:
+            last = (self._start + _INT64_MAX + 1) // -self._step
+        fields = states.Fields(state, "counter", ("count",))
+        self._count = fields.int("count", 0, min(states.MAX_COUNT, max(last, 0)))
+
+
+_INT64_MAX = (1 << 63) - 1
 
 
 _planner.register(CounterNode, iterator=_CounterIterator)

@@ -10,6 +10,7 @@ import numpy as np
 from jdata import _planner
 from jdata._plan import Node
 from jdata._spec import TensorSpec
+from jdata.runtime import states
 from jdata.runtime.iterator import UnaryIterator
 
 
@@ -46,6 +47,7 @@ class _EnumerateReader:
 class _EnumerateIterator(UnaryIterator):
     """As tf.data's ``zip((counter(start), input))``: a failed element uses up its number."""
 
+    OP = "enumerate"
     COUNTERS = ("position",)
 
     def __init__(self, node: EnumerateNode, ctx, epoch: int):
@@ -61,6 +63,12 @@ class _EnumerateIterator(UnaryIterator):
             self._position = position
             raise
         return np.int64(self._start + position), element
+
+    def _counter_limit(self, name: str) -> int:
+        return min(states.MAX_COUNT, _INT64_MAX - max(self._start, 0))
+
+
+_INT64_MAX = (1 << 63) - 1
 
 
 _planner.register(EnumerateNode, iterator=_EnumerateIterator, reader=_EnumerateReader)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from itertools import compress, count, islice
+from itertools import compress
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -11,7 +11,7 @@ import numpy as np
 from jdata import _planner
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
-from jdata.runtime import udf
+from jdata.runtime import states, udf
 from jdata.runtime.iterator import IndexIterator, Iterator, UnaryIterator, read_block
 
 # Input elements per block of _BlockFilterIterator: the first block, and the largest.
@@ -56,6 +56,7 @@ def predicate_result(value, op: str, position: int | None) -> bool:
 
 
 class _FilterIterator(UnaryIterator):
+    OP = "filter"
     COUNTERS = ("position",)
 
     def __init__(self, input_iterator: Iterator, predicate: Callable):
@@ -98,7 +99,8 @@ class _BlockFilterIterator(Iterator):
         """An empty block at ``index``, the ``position``-th input element of this filter."""
         self._lo = self._end = index
         self._first_position = self._end_position = position
-        self._keeps: list = []  # the predicate's results for the block
+        # Where the block's kept elements are in it, for cheap snapshots.
+        self._kept_offsets: list = []
         self._kept: list = []
         self._served = 0
         self._error: Exception | None = None
@@ -151,22 +153,24 @@ class _BlockFilterIterator(Iterator):
         else:
             self._end, self._end_position = hi, position + len(elements)
         self._lo, self._first_position = lo, position
-        self._keeps, self._kept = keeps, list(compress(elements, keeps))
+        self._kept_offsets = list(compress(range(len(keeps)), keeps))
+        self._kept = list(compress(elements, keeps))
         self._served, self._error = 0, error
 
-    def get_state(self):
+    def snapshot(self):
         index, position = self._lo, self._first_position
         if self._served:
             # The offset in the block of the last element served, and the count up to it.
-            offset = next(islice(compress(count(), self._keeps), self._served - 1, None)) + 1
+            offset = self._kept_offsets[self._served - 1] + 1
             index, position = index + offset, position + offset
         self._input.index = index
-        return {"input": self._input.get_state(), "position": position}
+        return {"input": self._input.snapshot(), "position": position}
 
     def set_state(self, state):
+        position = states.Fields(state, "filter", ("input", "position")).int("position")
         self._input.set_state(state["input"])
         self._block_size = _MIN_BLOCK
-        self._start_at(self._input.index, int(state["position"]))
+        self._start_at(self._input.index, position)
 
     def close(self):
         self._input.close()

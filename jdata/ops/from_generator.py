@@ -17,6 +17,7 @@ from jdata import _planner, _spec, _tree
 from jdata._errors import UDFError
 from jdata._plan import Node
 from jdata.runtime import probe
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 _OP = "from_generator"
@@ -128,12 +129,14 @@ class _FromGeneratorIterator(Iterator):
             except Exception:  # it failed here in the original run too, and was counted
                 pass
 
-    def get_state(self):
+    def snapshot(self):
         return {"produced": self._produced}
 
     def set_state(self, state):
+        # Restoring replays the generator that far: a position past its end just ends it.
+        produced = states.Fields(state, _OP, ("produced",)).int("produced")
         self.close()
-        self._produced = int(state["produced"])
+        self._produced = produced
 
     def close(self):
         close = getattr(self._generator, "close", None)

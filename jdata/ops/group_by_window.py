@@ -12,7 +12,7 @@ from jdata import _planner
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
 from jdata.ops.window import ValuesNode
-from jdata.runtime import nested, probe, udf
+from jdata.runtime import nested, probe, states, udf
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.tap import Tap
 
@@ -107,11 +107,15 @@ class _GroupByWindowIterator(Iterator):
     """
 
     def __init__(self, node: GroupByWindowNode, ctx, epoch: int):
-        self._tap = Tap(_planner.make_iterator(node.input, ctx, epoch))
+        self._tap = Tap(_planner.make_iterator(node.input, ctx, epoch), _OP, node.input)
         self._node = node
         self._ctx = ctx
         self._epoch = epoch
         self._groups: dict[int, list[tuple]] = {}
+        self._grouped = 0  # elements in the groups
+        # Journaled, so a snapshot is O(1) however many elements the groups hold.
+        self._journal = states.Journal(self._groups, _copy_groups, _redo,
+                                       lambda _: self._grouped)
         # window_size_func is a pure function of the key, so its results are
         # cached for the iterator's life and need not be saved.
         self._window_sizes: dict[int, int] = {}
@@ -146,7 +150,10 @@ class _GroupByWindowIterator(Iterator):
         key = int(check_key(udf.call(self._node.key_func, element, _OP, position)))
         size = self._window_size(key, position)
         group = self._groups.setdefault(key, [])
-        group.append((token, element))
+        pair = (token, element)
+        group.append(pair)
+        self._grouped += 1
+        self._journal.log((key, pair))
         if len(group) >= size:
             self._reduce(key)
 
@@ -160,6 +167,8 @@ class _GroupByWindowIterator(Iterator):
 
     def _reduce(self, key: int) -> None:
         group = self._groups.pop(key)  # before reduce_func runs, so a failing window is skipped
+        self._grouped -= len(group)
+        self._journal.log(key)
         position = self._windows
         self._windows = position + 1
         tokens = [token for token, _ in group]
@@ -171,37 +180,56 @@ class _GroupByWindowIterator(Iterator):
         return nested.open_dataset(self._node.reduce_func, (np.int64(key), window), _OP,
                                    position, self._ctx, self._epoch)
 
-    def get_state(self):
+    def snapshot(self):
         r = self._reduction
         return {
-            "input": self._tap.get_state(),
+            "input": self._tap.snapshot(),
             "position": self._position,
             "windows": self._windows,
             "end_of_input": self._end_of_input,
-            "groups": [[key, self._tap.encode(token for token, _ in group)]
-                       for key, group in sorted(self._groups.items())],
+            "groups": self._journal.capture(self._encode_groups),
             "reduction": None if r is None else {
-                "key": r.key, "window": self._tap.encode(r.tokens), "position": r.position,
-                "inner": r.inner.get_state()},
+                "key": r.key, "window": states.Deferred(self._tap.encode, r.tokens),
+                "position": r.position, "inner": r.inner.snapshot()},
         }
 
+    def _encode_groups(self, groups: dict) -> list:
+        return [[key, self._tap.encode(token for token, _ in group)]
+                for key, group in sorted(groups.items())]
+
     def set_state(self, state):
+        fields = states.Fields(state, _OP, ("input", "position", "windows", "end_of_input",
+                                            "groups", "reduction"))
+        position, windows = fields.int("position"), fields.int("windows")
+        end_of_input = fields.bool("end_of_input")
         self._close_reduction()
         self._tap.set_state(state["input"])
-        self._position = int(state["position"])
-        self._windows = int(state["windows"])
-        self._end_of_input = bool(state["end_of_input"])
-        self._groups = {int(key): self._fetch(tokens) for key, tokens in state["groups"]}
+        groups = {}
+        for entry in fields.list("groups", max_length=position):
+            key, tokens = states.check_list(entry, _OP, "groups", length=2)
+            key = states.check_int(key, _OP, "groups", -(1 << 63), (1 << 63) - 1)
+            if key in groups:
+                raise states.invalid(_OP, "groups", f"holds key {key} twice")
+            groups[key] = self._fetch(tokens, "groups")
+        self._groups = groups
+        self._grouped = sum(map(len, groups.values()))
+        self._journal.reset(groups)
+        self._position, self._windows, self._end_of_input = position, windows, end_of_input
         saved = state["reduction"]
         if saved is not None:
-            key, position = int(saved["key"]), int(saved["position"])
-            window = self._fetch(saved["window"])
-            inner = self._open(key, [element for _, element in window], position)
-            inner.set_state(saved["inner"])
-            self._reduction = _Reduction(key, [token for token, _ in window], position, inner)
+            self._restore_reduction(saved)
 
-    def _fetch(self, encoded: list) -> list[tuple]:
-        return [(token, self._tap.fetch(token)) for token in self._tap.decode(encoded)]
+    def _restore_reduction(self, saved) -> None:
+        fields = states.Fields(saved, _OP, ("key", "window", "position", "inner"))
+        key = states.check_int(saved["key"], _OP, "key", -(1 << 63), (1 << 63) - 1)
+        position = fields.int("position", 0, max(self._windows - 1, 0))
+        window = self._fetch(saved["window"], "window")
+        inner = self._open(key, [element for _, element in window], position)
+        inner.set_state(saved["inner"])
+        self._reduction = _Reduction(key, [token for token, _ in window], position, inner)
+
+    def _fetch(self, encoded, field: str) -> list[tuple]:
+        return [(token, self._tap.fetch(token)) for token in self._tap.decode(encoded, field)]
 
     def _close_reduction(self) -> None:
         if self._reduction is not None:
@@ -211,6 +239,18 @@ class _GroupByWindowIterator(Iterator):
     def close(self):
         self._close_reduction()
         self._tap.it.close()
+
+
+def _copy_groups(groups: dict) -> dict:
+    return {key: list(group) for key, group in groups.items()}
+
+
+def _redo(groups: dict, op) -> None:
+    """Replays one journaled change: ``(key, pair)`` grouped, or a key's group reduced."""
+    if type(op) is tuple:
+        groups.setdefault(op[0], []).append(op[1])
+    else:
+        del groups[op]
 
 
 _planner.register(GroupByWindowNode, iterator=_GroupByWindowIterator)

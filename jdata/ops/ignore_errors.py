@@ -37,6 +37,8 @@ class _IgnoreErrorsIterator(UnaryIterator):
     (or a bug in jdata), which might raise again forever.
     """
 
+    OP = "ignore_errors"
+
     def __init__(self, node: IgnoreErrorsNode, ctx, epoch: int):
         super().__init__(_planner.make_iterator(node.input, ctx, epoch))
         self._log_warning = node.log_warning

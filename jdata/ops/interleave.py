@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar
 from jdata import _planner
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
-from jdata.runtime import chunks, nested, prefetch, probe, udf
+from jdata.runtime import chunks, nested, prefetch, probe, states, udf
 from jdata.runtime.context import Context
 from jdata.runtime.iterator import Iterator
 
@@ -38,6 +38,7 @@ def nested_output_spec(input_node: Node, fn: Callable, op: str):
     return nested.dataset_node(udf.call(fn, first, op, 0), op).element_spec()
 
 
+_MISSING = object()
 # Elements a parallel slot's thread hands over at a time.
 _CHUNK = 64
 
@@ -111,7 +112,7 @@ class InterleaveIterator(Iterator):
         self._cycle_index = (self._cycle_index + 1) % len(self._slots)
 
     def _open_slot(self) -> None:
-        before = self._input.get_state()
+        before = self._input.snapshot()
         try:
             element = next(self._input)
         except StopIteration:
@@ -130,45 +131,53 @@ class InterleaveIterator(Iterator):
         self._slots[index] = None
         self._num_open -= 1
 
-    def get_state(self):
+    def snapshot(self):
         return {
-            "input": self._input.get_state(),
+            "input": self._input.snapshot(),
             "position": self._position,
             "end_of_input": self._end_of_input,
             "cycle_index": self._cycle_index,
             "block_index": self._block_index,
             "slots": [None if s is None else
-                      {"input": s.before, "position": s.position, "inner": s.inner.get_state()}
+                      {"input": s.before, "position": s.position, "inner": s.inner.snapshot()}
                       for s in self._slots],
         }
 
     def set_state(self, state):
+        fields = states.Fields(state, self._op, ("input", "position", "end_of_input",
+                                                 "cycle_index", "block_index", "slots"))
+        position, end_of_input = fields.int("position"), fields.bool("end_of_input")
+        cycle_index = fields.int("cycle_index", 0, len(self._slots) - 1)
+        block_index = fields.int("block_index", 0, self._block_length - 1)
+        slots = fields.list("slots", len(self._slots))
         for index, slot in enumerate(self._slots):
             if slot is not None:
                 self._close_slot(index)
         # Each slot moves the input back to its outer element; the input's own
         # state is set last.
-        for index, saved in enumerate(state["slots"]):
+        for index, saved in enumerate(slots):
             if saved is not None:
-                self._slots[index] = self._restore_slot(saved, index)
+                self._slots[index] = self._restore_slot(saved, index, position)
                 self._num_open += 1
         self._input.set_state(state["input"])
-        self._position = int(state["position"])
-        self._end_of_input = bool(state["end_of_input"])
-        self._cycle_index = int(state["cycle_index"])
-        self._block_index = int(state["block_index"])
+        self._position, self._end_of_input = position, end_of_input
+        self._cycle_index, self._block_index = cycle_index, block_index
 
     def _prefetched(self, inner: Iterator, index: int) -> Iterator:
         if index < self._threads:
             # The slot's thread reads ahead in chunks: one handoff per chunk.
             chunk = max(self._block_length, _CHUNK)
-            return chunks.Unchunk(prefetch.PrefetchIterator(chunks.Chunks(inner, chunk), 2))
+            return chunks.Unchunk(prefetch.PrefetchIterator(chunks.Chunks(inner, chunk, self._op),
+                                                            2), self._op)
         return inner
 
-    def _restore_slot(self, saved, index: int) -> _Slot:
+    def _restore_slot(self, saved, index: int, pulled: int) -> _Slot:
+        position = states.Fields(saved, self._op, ("input", "position", "inner")).int(
+            "position", 0, pulled - 1)
         self._input.set_state(saved["input"])
-        element = next(self._input)
-        position = int(saved["position"])
+        element = next(self._input, _MISSING)
+        if element is _MISSING:
+            raise states.invalid(self._op, "slots", "a slot's outer element is past the input")
         inner = self._prefetched(nested.open_dataset(self._fn, element, self._op, position,
                                                      self._ctx, self._epoch), index)
         inner.set_state(saved["inner"])

@@ -62,6 +62,7 @@ class _MapReader:
 
 
 class _MapIterator(UnaryIterator):
+    OP = "map"
     COUNTERS = ("position",)
 
     def __init__(self, node: MapNode, ctx, epoch: int):

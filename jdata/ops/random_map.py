@@ -64,6 +64,7 @@ class _RandomMapReader:
 
 
 class _RandomMapIterator(UnaryIterator):
+    OP = "random_map"
     COUNTERS = ("position",)
 
     def __init__(self, node: RandomMapNode, ctx, epoch: int):

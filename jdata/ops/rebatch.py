@@ -11,6 +11,7 @@ from jdata import _planner, _spec, _tree
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
 from jdata.ops.unbatch import UnbatchIterator, unbatched_cardinality
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -88,12 +89,14 @@ class _RebatchIterator(Iterator):
         self._size_index = (self._size_index + 1) % len(self._sizes)
         return pieces[0] if len(pieces) == 1 else _concatenate(pieces)
 
-    def get_state(self):
-        return {"rows": self._rows.get_state(), "size_index": self._size_index}
+    def snapshot(self):
+        return {"rows": self._rows.snapshot(), "size_index": self._size_index}
 
     def set_state(self, state):
+        fields = states.Fields(state, "rebatch", ("rows", "size_index"))
+        size_index = fields.int("size_index", 0, len(self._sizes) - 1)
         self._rows.set_state(state["rows"])
-        self._size_index = int(state["size_index"])
+        self._size_index = size_index
 
     def close(self):
         self._rows.close()

@@ -13,6 +13,7 @@ from typing import ClassVar
 from jdata import _planner, _random
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -125,17 +126,19 @@ class _RepeatIterator(Iterator):
             self._input.close()
             self._input = self._pass_iterator(self._repetition)
 
-    def get_state(self):
+    def snapshot(self):
         return {"repetition": self._repetition, "yielded": self._yielded,
-                "input": self._input.get_state()}
+                "input": self._input.snapshot()}
 
     def set_state(self, state):
-        repetition = int(state["repetition"])
+        fields = states.Fields(state, "repeat", ("repetition", "yielded", "input"))
+        last = states.MAX_EPOCH if self._count is None else self._count
+        repetition, yielded = fields.int("repetition", 0, last), fields.bool("yielded")
         if repetition != self._repetition:
             self._input.close()
             self._input = self._pass_iterator(repetition)
             self._repetition = repetition
-        self._yielded = bool(state["yielded"])
+        self._yielded = yielded
         self._input.set_state(state["input"])
 
     def close(self):

@@ -12,6 +12,8 @@ import numpy as np
 from jdata import _planner, _random, _spec
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
+from jdata.ops import choose_from_datasets as choose_op
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 _SALT = _random.salt("sample_from_datasets")
@@ -82,14 +84,17 @@ class _SampleIterator(Iterator):
                 self._set_exhausted(exhausted)
         raise StopIteration
 
-    def get_state(self):
+    def snapshot(self):
         return {"draws": self._draws, "exhausted": list(self._exhausted),
-                "inputs": [it.get_state() for it in self._inputs]}
+                "inputs": [it.snapshot() for it in self._inputs]}
 
     def set_state(self, state):
-        self._draws = int(state["draws"])
-        self._set_exhausted([bool(done) for done in state["exhausted"]])
-        for it, s in zip(self._inputs, state["inputs"]):
+        exhausted, saved = choose_op.check_inputs(state, "sample_from_datasets", ("draws",),
+                                                  len(self._inputs))
+        self._draws = states.check_int(state["draws"], "sample_from_datasets", "draws")
+        # Weight-zero datasets stay out, as they start.
+        self._set_exhausted([d or w == 0 for d, w in zip(exhausted, self._weights)])
+        for it, s in zip(self._inputs, saved):
             it.set_state(s)
 
     def close(self):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, ClassVar
 
+import numpy as np
+
 from jdata import _planner, _spec, _tree
 from jdata._plan import Node
-from jdata.runtime import probe, state_codec, udf
+from jdata.runtime import probe, state_codec, states, udf
 from jdata.runtime.iterator import Iterator
 
 
@@ -39,7 +41,16 @@ def step(fn: Callable, state, element, position: int):
             f"{position} it returned {type(result).__name__} {_short(result)}")
     new_state = check_same_structure(_tree.normalize(result[0], "scan"), state, "scan",
                                      position)
-    return new_state, _tree.normalize(result[1], "scan")
+    # Read-only, as tf.data's state tensors are immutable: a snapshot holds the state
+    # itself and encodes it only if get_state() asks, so it must not change later.
+    return _tree.map(_read_only, new_state), _tree.normalize(result[1], "scan")
+
+
+def _read_only(leaf):
+    if isinstance(leaf, np.ndarray) and leaf.flags.writeable:
+        leaf = leaf.view()
+        leaf.flags.writeable = False
+    return leaf
 
 
 def check_same_structure(new_state, old_state, op: str, position: int):
@@ -73,7 +84,8 @@ class _ScanIterator(Iterator):
     def __init__(self, node: ScanNode, ctx, epoch: int):
         self._input = _planner.make_iterator(node.input, ctx, epoch)
         self._fn = node.scan_func
-        self._state = node.initial_state
+        self._initial = node.initial_state
+        self._state = _tree.map(_read_only, node.initial_state)
         self._position = 0
 
     def __next__(self):
@@ -83,14 +95,22 @@ class _ScanIterator(Iterator):
         self._state, output = step(self._fn, self._state, element, position)
         return output
 
-    def get_state(self):
-        return {"input": self._input.get_state(), "position": self._position,
-                "scan_state": state_codec.encode(self._state)}
+    def snapshot(self):
+        return {"input": self._input.snapshot(), "position": self._position,
+                "scan_state": states.Deferred(state_codec.encode, self._state)}
 
     def set_state(self, state):
+        position = states.Fields(state, "scan", ("input", "position", "scan_state")).int(
+            "position")
+        # The initial state is the template: namedtuples come from it, never from the state.
+        scan_state = state_codec.decode(state["scan_state"], "scan", "scan_state", self._initial)
+        try:
+            scan_state = check_same_structure(scan_state, self._initial, "scan", position)
+        except TypeError as e:
+            raise states.invalid("scan", "scan_state", str(e)) from None
         self._input.set_state(state["input"])
-        self._position = int(state["position"])
-        self._state = state_codec.decode(state["scan_state"])
+        self._position = position
+        self._state = _tree.map(_read_only, scan_state)
 
     def close(self):
         self._input.close()

@@ -63,6 +63,7 @@ class _ShardIterator(UnaryIterator):
     never be computed, and a pipeline must not fail on another host's data.
     """
 
+    OP = "shard"
     COUNTERS = ("position",)
 
     def __init__(self, node: ShardNode, ctx, epoch: int):

@@ -9,6 +9,7 @@ import numpy as np
 
 from jdata import _planner, _random
 from jdata._plan import Node
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.tap import Tap
 
@@ -78,49 +79,68 @@ class _BufferShuffleIterator(Iterator):
     output ``t`` comes from inputs ``< t + buffer_size``; the drawn slot is
     filled with the last one. Draw ``t`` uses the uniform of position ``t``.
     Over a random-access input the buffer holds indices (see ``Tap``), and an
-    element is read only when it is emitted.
+    element is read only when it is emitted. The buffer is journaled, so a
+    snapshot costs O(1) however big it is; ``get_state`` builds the list.
     """
 
     def __init__(self, node: ShuffleNode, ctx, epoch: int):
-        self._tap = Tap(_planner.make_iterator(node.input, ctx, epoch))
+        self._tap = Tap(_planner.make_iterator(node.input, ctx, epoch), "shuffle", node.input)
         self._buffer_size = node.buffer_size
         self._uniforms = _random.UniformBlocks(node.key, _SALT, node.random_epoch(epoch))
         self._buffer: list = []
+        self._journal = states.Journal(self._buffer, list, _redo, len)
         self._draws = 0
         self._exhausted = False
 
     def __next__(self):
         self._top_up()
-        if not self._buffer:
+        buffer = self._buffer
+        if not buffer:
             raise StopIteration
-        slot = int(self._uniforms[self._draws] * len(self._buffer))
+        slot = int(self._uniforms[self._draws] * len(buffer))
         self._draws += 1
-        token = self._buffer[slot]
-        self._buffer[slot] = self._buffer[-1]
-        self._buffer.pop()
+        token = buffer[slot]
+        buffer[slot] = buffer[-1]
+        buffer.pop()
+        self._journal.log(slot)
         return self._tap.fetch(token)
 
     def _top_up(self) -> None:
         # An input error leaves the buffer as it is, with the input past the
         # failing element, so the next call simply continues filling.
-        while not self._exhausted and len(self._buffer) < self._buffer_size:
+        buffer, journal = self._buffer, self._journal
+        while not self._exhausted and len(buffer) < self._buffer_size:
             try:
-                self._buffer.append(self._tap.next_token())
+                token = self._tap.next_token()
             except StopIteration:
                 self._exhausted = True
+                break
+            buffer.append(token)
+            journal.log((token,))
 
-    def get_state(self):
-        return {"input": self._tap.get_state(), "buffer": self._tap.encode(self._buffer),
+    def snapshot(self):
+        return {"input": self._tap.snapshot(), "buffer": self._journal.capture(self._tap.encode),
                 "draws": self._draws, "exhausted": self._exhausted}
 
     def set_state(self, state):
+        fields = states.Fields(state, "shuffle", ("input", "buffer", "draws", "exhausted"))
+        draws, exhausted = fields.int("draws"), fields.bool("exhausted")
         self._tap.set_state(state["input"])
-        self._buffer = self._tap.decode(state["buffer"])
-        self._draws = int(state["draws"])
-        self._exhausted = bool(state["exhausted"])
+        self._buffer = self._tap.decode(state["buffer"], "buffer", self._buffer_size)
+        self._journal.reset(self._buffer)
+        self._draws, self._exhausted = draws, exhausted
 
     def close(self):
         self._tap.it.close()
+
+
+def _redo(buffer: list, op) -> None:
+    """Replays one journaled change: a token appended (a 1-tuple), or a slot drawn."""
+    if type(op) is tuple:
+        buffer.append(op[0])
+    else:
+        buffer[op] = buffer[-1]
+        buffer.pop()
 
 
 def _iterator(node: ShuffleNode, ctx, epoch: int):

@@ -61,6 +61,7 @@ class _SkipIterator(UnaryIterator):
     never computes skipped elements, and the two must give the same results.
     """
 
+    OP = "skip"
     COUNTERS = ("skipped",)
 
     def __init__(self, node: SkipNode, ctx, epoch: int):

@@ -62,6 +62,7 @@ class _TakeIterator(UnaryIterator):
     reader or here (tf.data counts only successful elements).
     """
 
+    OP = "take"
     COUNTERS = ("taken",)
 
     def __init__(self, node: TakeNode, ctx, epoch: int):

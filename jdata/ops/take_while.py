@@ -10,6 +10,7 @@ from jdata._constants import UNKNOWN
 from jdata._plan import Node
 from jdata.ops.filter import predicate_result
 from jdata.runtime import udf
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -53,14 +54,15 @@ class _TakeWhileIterator(Iterator):
         self._stopped = True
         raise StopIteration
 
-    def get_state(self):
-        return {"input": self._input.get_state(), "position": self._position,
+    def snapshot(self):
+        return {"input": self._input.snapshot(), "position": self._position,
                 "stopped": self._stopped}
 
     def set_state(self, state):
+        fields = states.Fields(state, "take_while", ("input", "position", "stopped"))
+        position, stopped = fields.int("position"), fields.bool("stopped")
         self._input.set_state(state["input"])
-        self._position = int(state["position"])
-        self._stopped = bool(state["stopped"])
+        self._position, self._stopped = position, stopped
 
     def close(self):
         self._input.close()

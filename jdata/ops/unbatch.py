@@ -8,6 +8,7 @@ from typing import ClassVar
 from jdata import _planner, _spec, _tree
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -66,7 +67,7 @@ class UnbatchIterator(Iterator):
     def _has_rows(self) -> bool:
         """Pulls batches until one has rows left; False at the end of the input."""
         while self._offset >= self._size:
-            before = self._input.get_state()
+            before = self._input.snapshot()
             try:
                 batch = next(self._input)
             except StopIteration:
@@ -94,17 +95,22 @@ class UnbatchIterator(Iterator):
         stop = self._offset = min(start + limit, self._size)
         return _tree.map(lambda leaf: leaf[start:stop], self._batch)
 
-    def get_state(self):
+    def snapshot(self):
         if self._offset >= self._size:
-            return {"input": self._input.get_state(), "offset": 0}
+            return {"input": self._input.snapshot(), "offset": 0}
         return {"input": self._before, "offset": self._offset}
 
     def set_state(self, state):
+        offset = states.Fields(state, self._op, ("input", "offset")).int("offset")
         self._input.set_state(state["input"])
         self._batch, self._rows, self._size, self._offset = None, None, 0, 0
-        offset = int(state["offset"])
-        if offset:
-            self._set_batch(next(self._input), state["input"], offset)
+        if offset:  # inside a batch: read it again, and check the offset against it
+            batch = next(self._input, None)
+            size = 0 if batch is None else _tree.batch_size_of(batch, self._op)
+            if offset >= size:
+                raise states.invalid(self._op, "offset", f"{offset} is past the batch's "
+                                     f"{size} rows")
+            self._set_batch(batch, state["input"], offset)
 
     def close(self):
         self._input.close()

@@ -11,9 +11,10 @@ from jdata import _plan, _planner
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
 from jdata._spec import TensorSpec
-from jdata.runtime import state_codec
+from jdata.runtime import state_codec, states
 from jdata.runtime.iterator import Iterator
 
+_OP = "unique"
 _SUPPORTED = ("unique: elements must be integer scalars or strings (str/bytes), as in "
               "tf.data; map() other elements to such a key first")
 
@@ -68,9 +69,13 @@ def _sort_key(key):
 
 
 class _UniqueIterator(Iterator):
+    """Keeps the keys seen in first-seen order too, so a snapshot is O(1): the
+    count of keys seen; ``get_state`` encodes them."""
+
     def __init__(self, node: UniqueNode, ctx, epoch: int):
         self._input = _planner.make_iterator(node.input, ctx, epoch)
         self._seen: set = set()
+        self._order: list = []
 
     def __next__(self):
         while True:
@@ -78,19 +83,32 @@ class _UniqueIterator(Iterator):
             key = _key(element)
             if key not in self._seen:
                 self._seen.add(key)
+                self._order.append(key)
                 return element
 
-    def get_state(self):
-        # Sorted so that equal positions give equal states.
-        seen = sorted(self._seen, key=_sort_key)
-        return {"input": self._input.get_state(), "seen": [state_codec.encode(k) for k in seen]}
+    def snapshot(self):
+        return {"input": self._input.snapshot(),
+                "seen": states.Deferred(_encode_seen, self._order, len(self._order))}
 
     def set_state(self, state):
+        states.Fields(state, _OP, ("input", "seen"))
+        keys = [state_codec.decode(k, _OP, "seen")
+                for k in states.check_list(state["seen"], _OP, "seen")]
+        for key in keys:
+            if type(key) not in (int, str, bytes):
+                raise states.invalid(_OP, "seen", f"{key!r:.60} is not an int, str or bytes key")
+        if len(set(keys)) != len(keys):
+            raise states.invalid(_OP, "seen", "holds a key twice")
         self._input.set_state(state["input"])
-        self._seen = {state_codec.decode(k) for k in state["seen"]}
+        self._seen, self._order = set(keys), keys
 
     def close(self):
         self._input.close()
+
+
+def _encode_seen(order: list, count: int) -> list:
+    # Sorted, so that equal positions give equal states.
+    return [state_codec.encode(k) for k in sorted(order[:count], key=_sort_key)]
 
 
 _planner.register(UniqueNode, iterator=_UniqueIterator)

@@ -10,7 +10,7 @@ from jdata import _planner, _spec, _tree
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import UDFError
 from jdata._plan import Node
-from jdata.runtime import nested
+from jdata.runtime import nested, states
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.tap import Tap
 
@@ -116,18 +116,23 @@ class _WindowIterator(Iterator):
     """
 
     def __init__(self, node: WindowNode, ctx, epoch: int):
-        self._tap = Tap(_planner.make_iterator(node.input, ctx, epoch))
+        self._tap = Tap(_planner.make_iterator(node.input, ctx, epoch), "window", node.input)
         self._node = node
         self._buffer: list[tuple] = []
+        # Journaled, so a snapshot is O(1) however wide the windows are.
+        self._journal = states.Journal(self._buffer, list, _redo, len)
         self._end_of_input = False
 
     def __next__(self):
         node = self._node
         while not self._end_of_input and len(self._buffer) < node.span:
             try:
-                self._buffer.append(self._tap.next())
+                pair = self._tap.next()
             except StopIteration:
                 self._end_of_input = True
+                break
+            self._buffer.append(pair)
+            self._journal.log(pair)
         if not self._buffer or (node.drop_remainder and len(self._buffer) < node.span):
             raise StopIteration
         elements = [element for _, element in self._buffer[::node.stride]]
@@ -138,6 +143,7 @@ class _WindowIterator(Iterator):
         shift = self._node.shift
         if shift < len(self._buffer):
             del self._buffer[:shift]
+            self._journal.log(shift)
             return
         # The next window starts past the buffer: skip the elements in between.
         for _ in range(shift - len(self._buffer)):
@@ -149,21 +155,37 @@ class _WindowIterator(Iterator):
                 self._end_of_input = True
             except UDFError:
                 pass  # a skipped element's error does not matter (as in tf.data)
-        self._buffer = []
+        dropped = len(self._buffer)
+        self._buffer.clear()
+        self._journal.log(dropped)
 
-    def get_state(self):
-        return {"input": self._tap.get_state(),
-                "buffer": self._tap.encode(token for token, _ in self._buffer),
+    def snapshot(self):
+        return {"input": self._tap.snapshot(),
+                "buffer": self._journal.capture(self._encode),
                 "end_of_input": self._end_of_input}
 
+    def _encode(self, buffer: list) -> list:
+        return self._tap.encode(token for token, _ in buffer)
+
     def set_state(self, state):
+        fields = states.Fields(state, "window", ("input", "buffer", "end_of_input"))
+        end_of_input = fields.bool("end_of_input")
         self._tap.set_state(state["input"])
-        tokens = self._tap.decode(state["buffer"])
+        tokens = self._tap.decode(state["buffer"], "buffer", self._node.span)
         self._buffer = [(token, self._tap.fetch(token)) for token in tokens]
-        self._end_of_input = bool(state["end_of_input"])
+        self._journal.reset(self._buffer)
+        self._end_of_input = end_of_input
 
     def close(self):
         self._tap.it.close()
+
+
+def _redo(buffer: list, op) -> None:
+    """Replays one journaled change: a pair appended, or a count dropped from the front."""
+    if type(op) is tuple:
+        buffer.append(op)
+    else:
+        del buffer[:op]
 
 
 def _values_reader(node: ValuesNode, ctx, epoch: int):

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from jdata import _planner
 from jdata._plan import Node, min_cardinality
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -76,11 +77,12 @@ class _ZipIterator(Iterator):
             raise error
         return self._node.pack(values)
 
-    def get_state(self):
-        return {"inputs": [it.get_state() for it in self._inputs]}
+    def snapshot(self):
+        return {"inputs": [it.snapshot() for it in self._inputs]}
 
     def set_state(self, state):
-        for it, s in zip(self._inputs, state["inputs"], strict=True):
+        saved = states.Fields(state, "zip", ("inputs",)).list("inputs", len(self._inputs))
+        for it, s in zip(self._inputs, saved):
             it.set_state(s)
 
     def close(self):

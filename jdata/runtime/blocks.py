@@ -17,6 +17,7 @@ import numpy as np
 from jdata import _tree
 from jdata._errors import UDFError
 from jdata._plan import Node
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 # Elements per jit(vmap(fn)) call. Every block is padded to this size so that
@@ -215,7 +216,7 @@ class BlockIterator(Iterator):
         return serve(results[k], self._op, position)
 
     def _load(self) -> None:
-        before = self._input.get_state()
+        before = self._input.snapshot()
         elements, pending = [], None
         while len(elements) < BLOCK_SIZE:
             try:
@@ -238,15 +239,26 @@ class BlockIterator(Iterator):
         self._offset = 0
         self._results, self._before, self._pending = None, None, None
 
-    def get_state(self):
-        input_state = self._input.get_state() if self._results is None else self._before
+    def snapshot(self):
+        input_state = self._input.snapshot() if self._results is None else self._before
         return {"input": input_state, "position": self._start, "offset": self._offset}
 
     def set_state(self, state):
+        fields = states.Fields(state, self._op, ("input", "position", "offset"))
+        start, offset = fields.int("position"), fields.int("offset", 0, BLOCK_SIZE)
         self._input.set_state(state["input"])
-        self._start = int(state["position"])
-        self._offset = int(state["offset"])
+        self._start, self._offset = start, 0
         self._results, self._before, self._pending = None, None, None
+        if offset:  # inside a block: compute it again, and check the offset against it
+            try:
+                self._load()
+            except StopIteration:
+                self._results = []
+            if offset > len(self._results) or (offset == len(self._results)
+                                               and self._pending is None):
+                raise states.invalid(self._op, "offset", f"{offset} is past the block's "
+                                     f"{len(self._results)} elements")
+            self._offset = offset
 
     def close(self):
         self._input.close()

@@ -11,6 +11,7 @@ elements again.
 
 from __future__ import annotations
 
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
@@ -22,8 +23,8 @@ class Chunks(Iterator):
     order and the elements after it still come.
     """
 
-    def __init__(self, inner: Iterator, size: int):
-        self._inner, self._size = inner, size
+    def __init__(self, inner: Iterator, size: int, op: str = "interleave"):
+        self._inner, self._size, self._op = inner, size, op
         self._base = None  # the inner's state where skipping starts (None: its current state)
         self._skip = 0  # inner elements pulled since ``_base``, up to the current point
         self._error: BaseException | None = None
@@ -33,7 +34,7 @@ class Chunks(Iterator):
             error, self._error = self._error, None
             self._skip += 1  # the inner is past the failing element already
             raise error
-        self._base, self._skip = self._inner.get_state(), 0
+        self._base, self._skip = self._inner.snapshot(), 0
         items: list = []
         try:
             while len(items) < self._size:
@@ -49,13 +50,15 @@ class Chunks(Iterator):
         self._skip = len(items)
         return items
 
-    def get_state(self):
-        base = self._inner.get_state() if self._base is None else self._base
+    def snapshot(self):
+        base = self._inner.snapshot() if self._base is None else self._base
         return {"base": base, "skip": self._skip}
 
     def set_state(self, state):
+        # At most a chunk and the error that ended it were pulled since the base.
+        skip = states.Fields(state, self._op, ("base", "skip")).int("skip", 0, self._size + 1)
         self._inner.set_state(state["base"])
-        self._base, self._skip, self._error = state["base"], int(state["skip"]), None
+        self._base, self._skip, self._error = state["base"], skip, None
         for _ in range(self._skip):
             try:
                 next(self._inner)
@@ -71,8 +74,8 @@ class Chunks(Iterator):
 class Unchunk(Iterator):
     """The elements of the lists ``chunks`` yields, one at a time."""
 
-    def __init__(self, chunks: Iterator):
-        self._chunks = chunks
+    def __init__(self, chunks: Iterator, op: str = "interleave"):
+        self._chunks, self._op = chunks, op
         self._items: list = []
         self._offset = 0
         self._before = None  # the chunks' state before ``_items``
@@ -83,23 +86,27 @@ class Unchunk(Iterator):
             self._offset = offset + 1
             return self._items[offset]
         self._items, self._offset = [], 0
-        before = self._chunks.get_state()
+        before = self._chunks.snapshot()
         items = next(self._chunks)
         self._before, self._items, self._offset = before, items, 1
         return items[0]
 
-    def get_state(self):
+    def snapshot(self):
         if self._offset < len(self._items):
             return {"chunks": self._before, "offset": self._offset}
-        return {"chunks": self._chunks.get_state(), "offset": 0}
+        return {"chunks": self._chunks.snapshot(), "offset": 0}
 
     def set_state(self, state):
+        offset = states.Fields(state, self._op, ("chunks", "offset")).int("offset")
         self._chunks.set_state(state["chunks"])
         self._items, self._offset = [], 0
-        offset = int(state["offset"])
         if offset:
-            before = self._chunks.get_state()
-            self._before, self._items, self._offset = before, next(self._chunks), offset
+            before = self._chunks.snapshot()
+            items = next(self._chunks, [])
+            if offset >= len(items):  # a state inside a chunk points before its end
+                raise states.invalid(self._op, "offset",
+                                     f"{offset} is past the chunk's {len(items)} elements")
+            self._before, self._items, self._offset = before, items, offset
 
     def close(self):
         self._chunks.close()

@@ -1,7 +1,7 @@
 """The physical iterator and reader protocols.
 
 Every logical node is executed by an ``Iterator`` (sequential access with
-``get_state``/``set_state``). Nodes over random-access inputs can also be
+``snapshot``/``get_state``/``set_state``). Nodes over random-access inputs can also be
 served by a ``Reader`` (element ``i`` on demand); iterating a reader is an
 ``IndexIterator`` whose whole state is one index.
 
@@ -9,7 +9,12 @@ Invariants every iterator keeps, so that parallel variants can slot in and
 ``ignore_errors`` works:
 
 - ``get_state()`` returns JSON-able data whose shape never changes;
-  ``set_state(s)`` on any iterator of the same node resumes exactly.
+  ``set_state(s)`` on any iterator of the same node resumes exactly, and
+  raises ``ValueError`` naming the op and field for any state this node's
+  iterators cannot have returned (``jdata.runtime.states.Fields``).
+- ``snapshot()`` is ``get_state()`` made cheap for the hot path: asynchronous
+  stages take one per element, and only the ones ``get_state()`` asks for
+  are resolved into JSON-able data (``jdata.runtime.states.resolve``).
 - An iterator is created for one ``epoch`` (see ``jdata._random``): random
   choices depend only on (key, op, epoch, position).
 - When a UDF raises, the iterator has already moved past the element, so the
@@ -26,6 +31,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, Protocol
 
+from jdata.runtime import states
 from jdata.runtime.stats import OpStats, element_bytes
 
 
@@ -49,10 +55,20 @@ class Iterator:
         """
         return list(islice(self, n))
 
-    def get_state(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, Any]:
+        """The position, cheap to take: plain data, with ``Deferred`` parts for big states.
+
+        It must not change when the iterator moves on (build new containers,
+        capture buffers through a ``states.Journal``).
+        """
         raise NotImplementedError
 
+    def get_state(self) -> dict[str, Any]:
+        """The position as JSON-able data."""
+        return states.resolve(self.snapshot())
+
     def set_state(self, state: dict[str, Any]) -> None:
+        """Moves to a position ``get_state`` returned; checks it first (untrusted input)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -126,8 +142,9 @@ class IndexIterator(Iterator):
     flush.
     """
 
-    def __init__(self, reader: Reader):
+    def __init__(self, reader: Reader, op: str = "source"):
         self.reader = reader
+        self.op = op  # the node the reader serves, for errors in restored states
         self.index = 0
         self._len = len(reader)
         self._read_block = (getattr(reader, "read_block", None)
@@ -164,11 +181,11 @@ class IndexIterator(Iterator):
                 element_bytes(elements[0]) * self._block < _MAX_BLOCK_BYTES):
             self._block *= 2
 
-    def get_state(self):
+    def snapshot(self):
         return {"index": self.index}
 
     def set_state(self, state):
-        self.index = int(state["index"])
+        self.index = states.Fields(state, self.op, ("index",)).int("index", 0, self._len)
 
 
 class UnaryIterator(Iterator):
@@ -176,26 +193,35 @@ class UnaryIterator(Iterator):
 
     Most ops over one input (map, filter, take, shard...) keep nothing else.
     Subclasses name their counters in ``COUNTERS``; each is the attribute
-    ``_<name>`` (starting at 0) and the state key ``<name>``.
+    ``_<name>`` (starting at 0, never negative) and the state key ``<name>``.
+    ``OP`` names the op in errors.
     """
 
     COUNTERS: tuple[str, ...] = ()
+    OP = "op"
 
     def __init__(self, input_iterator: Iterator):
         self._input = input_iterator
         for name in self.COUNTERS:
             setattr(self, f"_{name}", 0)
 
-    def get_state(self):
-        state = {"input": self._input.get_state()}
+    def snapshot(self):
+        state = {"input": self._input.snapshot()}
         for name in self.COUNTERS:
             state[name] = getattr(self, f"_{name}")
         return state
 
     def set_state(self, state):
+        fields = states.Fields(state, self.OP, ("input", *self.COUNTERS))
+        # All checked before any is set.
+        counters = [fields.int(name, 0, self._counter_limit(name)) for name in self.COUNTERS]
         self._input.set_state(state["input"])
-        for name in self.COUNTERS:
-            setattr(self, f"_{name}", int(state[name]))
+        for name, value in zip(self.COUNTERS, counters):
+            setattr(self, f"_{name}", value)
+
+    def _counter_limit(self, name: str) -> int:
+        """The largest value of a counter in a valid state."""
+        return states.MAX_COUNT
 
     def close(self):
         self._input.close()

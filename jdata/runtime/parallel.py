@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable
 
-from jdata.runtime import pool
+from jdata.runtime import pool, states
 from jdata.runtime.iterator import Iterator, Reader, Tunable
 from jdata.runtime.outcomes import Outcome, WorkerError
 from jdata.runtime.pool import IndexJob, MapJob
@@ -37,8 +37,9 @@ class _Pooled(Tunable):
     """
 
     def __init__(self, job: Callable, parallelism: int, deterministic: bool, engine: str,
-                 cpu_budget: int | None, decision_key):
+                 cpu_budget: int | None, decision_key, op: str):
         self._pool = pool.Pool(job, parallelism, engine, cpu_budget, decision_key)
+        self._op = op  # for errors in restored states
         self._deterministic = deterministic
         self._ready: collections.deque = collections.deque()  # (tag, outcome) to emit
         # Completion order only: tags emitted past the oldest one still pending.
@@ -59,12 +60,12 @@ class _Pooled(Tunable):
             state["done"] = sorted(self._done)
         return state
 
-    def _reset(self, state: dict) -> None:
+    def _reset(self, done: list[int]) -> None:
         """Drops the work in flight before a restore."""
         self._fatal = None
         self._pool.cancel()
         self._ready.clear()
-        self._done = {int(t) for t in state.get("done", ())}
+        self._done = set(done)
 
     def _fill(self) -> None:
         raise NotImplementedError
@@ -99,9 +100,9 @@ class ParallelIndexIterator(_Pooled):
 
     def __init__(self, make_reader: Callable[[], Reader], parallelism: int,
                  deterministic: bool = True, engine: str = "threads",
-                 cpu_budget: int | None = None, decision_key=None):
+                 cpu_budget: int | None = None, decision_key=None, op: str = "parallel"):
         job = IndexJob(make_reader)
-        super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key)
+        super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key, op)
         self._len = len(job.reader())
         self._low = 0  # every index below was emitted
         self._next_submit = 0
@@ -125,13 +126,16 @@ class ParallelIndexIterator(_Pooled):
         else:
             self._done.add(index)
 
-    def get_state(self):
+    def snapshot(self):
         return self._with_done({"index": self._low})
 
     def set_state(self, state):
-        self._reset(state)
-        self._low = int(state["index"])
-        self._next_submit = self._low
+        # The shape of IndexIterator's state, so a restore may change the parallelism.
+        fields = states.Fields(state, self._op, ("index",), optional=("done",))
+        low = fields.int("index", 0, self._len)
+        done = fields.ints("done", low + 1, self._len - 1, distinct=True) if "done" in fields else []
+        self._reset(done)
+        self._low = self._next_submit = low
 
     def close(self):
         self._pool.shutdown()
@@ -149,9 +153,9 @@ class ParallelMapIterator(_Pooled):
 
     def __init__(self, input_iterator: Iterator, fn: Callable[[Any, int], Any],
                  parallelism: int, deterministic: bool = True, engine: str = "threads",
-                 cpu_budget: int | None = None, decision_key=None):
+                 cpu_budget: int | None = None, decision_key=None, op: str = "map"):
         super().__init__(MapJob(fn), parallelism, deterministic, engine, cpu_budget,
-                         decision_key)
+                         decision_key, op)
         self._input = input_iterator
         self._position = 0  # of the next element to pull
         self._exhausted = False
@@ -161,7 +165,7 @@ class ParallelMapIterator(_Pooled):
     def _pull_chunk(self) -> list:
         items = []
         while not self._exhausted and len(items) < self._pool.sizer.size():
-            before = self._input.get_state()
+            before = self._input.snapshot()
             position = self._position
             try:
                 element = next(self._input)
@@ -194,18 +198,22 @@ class ParallelMapIterator(_Pooled):
         else:
             self._done.clear()
 
-    def get_state(self):
+    def snapshot(self):
         if self._pending:
             position, before = next(iter(self._pending.items()))
         else:
-            position, before = self._position, self._input.get_state()
+            position, before = self._position, self._input.snapshot()
         return self._with_done({"input": before, "position": position})
 
     def set_state(self, state):
-        self._reset(state)
-        self._pending.clear()
+        # The shape of a sequential map's state, so a restore may change the parallelism.
+        fields = states.Fields(state, self._op, ("input", "position"), optional=("done",))
+        position = fields.int("position")
+        done = fields.ints("done", position + 1, distinct=True) if "done" in fields else []
         self._input.set_state(state["input"])
-        self._position = int(state["position"])
+        self._reset(done)
+        self._pending.clear()
+        self._position = position
         self._exhausted = False
 
     def close(self):

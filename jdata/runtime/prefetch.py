@@ -85,7 +85,7 @@ class PrefetchIterator(Tunable):
                 before = None
                 start = time.perf_counter()
                 try:
-                    before = self._input.get_state()
+                    before = self._input.snapshot()
                     outcome = Outcome(next(self._input))
                     if stats.elements % _BYTES_SAMPLE_EVERY == 0:
                         stats.record_bytes(outcome.value)
@@ -121,11 +121,11 @@ class PrefetchIterator(Tunable):
             self._cond.notify_all()
         return outcome.get()
 
-    def get_state(self):
+    def snapshot(self):
         with self._input_lock, self._cond:
             if self._buffer:
                 return self._buffer[0][0]
-            return self._input.get_state()
+            return self._input.snapshot()
 
     def _halt(self, timeout: float | None = None) -> bool:
         """Stops the producer; False if a pull in progress outlived ``timeout``."""

@@ -8,16 +8,19 @@ other input the token is the element itself, encoded into the state.
 
 from __future__ import annotations
 
-from jdata.runtime import state_codec
+from jdata.runtime import state_codec, states
 from jdata.runtime.iterator import IndexIterator, Iterator
 
 
 class Tap:
     """Pulls tokens from ``it``; ``fetch(token)`` gives the element."""
 
-    def __init__(self, it: Iterator):
+    def __init__(self, it: Iterator, op: str, input_node):
         self.it = it
         self.by_index = isinstance(it, IndexIterator)
+        self._op = op
+        # The input's elements, as a template for namedtuples in restored buffers.
+        self._input_node = input_node
 
     def next_token(self):
         """The next input token; raises ``StopIteration`` at the end."""
@@ -40,11 +43,22 @@ class Tap:
     def encode(self, tokens) -> list:
         return list(tokens) if self.by_index else [state_codec.encode(t) for t in tokens]
 
-    def decode(self, data: list) -> list:
-        return [int(t) for t in data] if self.by_index else [state_codec.decode(t) for t in data]
+    def decode(self, data, field: str, max_length: int | None = None) -> list:
+        """Tokens from a restored state's ``field``; call after ``set_state`` of the input.
 
-    def get_state(self):
-        return self.it.get_state()
+        Indices must be ones the input has served already, each once.
+        """
+        data = states.check_list(data, self._op, field, max_length=max_length)
+        if self.by_index:
+            tokens = [states.check_int(t, self._op, field, 0, self.it.index - 1) for t in data]
+            if len(set(tokens)) != len(tokens):
+                raise states.invalid(self._op, field, "holds an index twice")
+            return tokens
+        spec = self._input_node.element_spec
+        return [state_codec.decode(t, self._op, field, get_template=spec) for t in data]
+
+    def snapshot(self):
+        return self.it.snapshot()
 
     def set_state(self, state) -> None:
         self.it.set_state(state)

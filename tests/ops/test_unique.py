@@ -43,7 +43,7 @@ def test_state_holds_the_seen_set_sorted():
     it = ds.iterator()
     for _ in range(3):
         next(it)
-    seen = [state_codec.decode(k) for k in it.get_state()["state"]["seen"]]
+    seen = [state_codec.decode(k, "unique", "seen") for k in it.get_state()["state"]["seen"]]
     assert seen == [1, 2, 3]
 
 
