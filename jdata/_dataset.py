@@ -631,7 +631,9 @@ class Dataset:
 
         Later passes (epochs of an enclosing ``repeat``, or new iterators of
         this dataset) read the cache. A pass that stops early caches nothing,
-        so a cache never holds a truncated dataset.
+        so a cache never holds a truncated dataset. As sources do, the cache
+        hands out each element in new containers with read-only arrays: a UDF
+        cannot change what a later pass reads.
 
         Args:
           filename: ``None`` caches in memory. A path caches to that

@@ -16,6 +16,7 @@ from jdata._constants import INFINITE
 from jdata._errors import UDFError
 from jdata._plan import Node
 from jdata.runtime.iterator import Iterator
+from jdata.runtime.values import frozen
 
 
 class _Cached(NamedTuple):
@@ -54,6 +55,10 @@ class _CacheIterator(Iterator):
     pass over the cache raises no errors: the first pass may differ from the
     later ones where an op between the cache and ``ignore_errors`` counts
     the failures (``enumerate``, ``shard``).
+
+    The cache keeps its elements ``frozen`` (read-only arrays) and hands out
+    each in new containers, the first pass's too: no consumer can change
+    what a later pass reads.
     """
 
     def __init__(self, node: CacheNode, ctx, epoch: int):
@@ -87,7 +92,7 @@ class _CacheIterator(Iterator):
             if self._index >= len(self._cached.elements):
                 raise StopIteration
             self._index += 1
-            return self._cached.elements[self._index - 1]
+            return frozen(self._cached.elements[self._index - 1])
         while True:
             try:
                 element = next(self._input)
@@ -100,8 +105,10 @@ class _CacheIterator(Iterator):
                     raise
                 # The cache this pass replaces holds no failed element.
         self._index += 1
+        element = frozen(element)
         if self._pending is not None:
             self._pending.append(element)
+            return frozen(element)
         return element
 
     def _publish(self) -> None:
@@ -160,7 +167,7 @@ class _CacheIterator(Iterator):
         read = []
         while len(read) < index:
             try:
-                read.append(next(self._input))
+                read.append(frozen(next(self._input)))
             except UDFError:
                 continue  # the filling pass skipped this element too (ignore_errors)
             except StopIteration:

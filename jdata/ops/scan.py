@@ -9,6 +9,7 @@ from jdata import _planner, _spec, _tree
 from jdata._plan import Node
 from jdata.runtime import probe, state_codec, udf
 from jdata.runtime.iterator import Iterator
+from jdata.runtime.values import frozen
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -25,7 +26,7 @@ class ScanNode(Node):
 
     def compute_spec(self):
         def first_output(element):
-            return step(self.scan_func, self.initial_state, element, 0)[1]
+            return step(self.scan_func, frozen(self.initial_state), element, 0)[1]
         return probe.udf_output_spec(self.input, first_output, "scan")
 
 
@@ -73,7 +74,8 @@ class _ScanIterator(Iterator):
     def __init__(self, node: ScanNode, ctx, epoch: int):
         self._input = _planner.make_iterator(node.input, ctx, epoch)
         self._fn = node.scan_func
-        self._state = node.initial_state
+        # Every pass starts from the same initial state: it gets its own containers.
+        self._state = frozen(node.initial_state)
         self._position = 0
 
     def __next__(self):
@@ -101,7 +103,7 @@ def reduce(iterator, initial_state, reduce_func: Callable):
 
     Used by ``Dataset.reduce``; ``reduce_func(state, element)`` returns the new state.
     """
-    state = initial_state
+    state = frozen(initial_state)  # the caller's, which reduce_func must not change
     with iterator:
         for position, element in enumerate(iterator):
             new_state = udf.call(reduce_func, (state, element), "reduce", position)
