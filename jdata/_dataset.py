@@ -131,6 +131,10 @@ class Dataset:
     def cardinality(self) -> int:
         """The number of elements, or ``jdata.INFINITE`` / ``jdata.UNKNOWN``.
 
+        It comes from static facts only: where a count would rest on sizes
+        seen in the first elements (a UDF's outputs or an opaque source's
+        records, as ``unbatch`` of them would), it is ``UNKNOWN``.
+
         >>> import jdata
         >>> jdata.range(10).batch(3).cardinality()
         4

@@ -17,6 +17,7 @@ class FromSourceNode(Node):
 
     source: Any
     op_name: ClassVar[str] = "from_source"
+    spec_inferred: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return len(self.source)
