@@ -131,6 +131,10 @@ class Dataset:
     def cardinality(self) -> int:
         """The number of elements, or ``jdata.INFINITE`` / ``jdata.UNKNOWN``.
 
+        It comes from static facts only: where a count would rest on sizes
+        seen in the first elements (a UDF's outputs or an opaque source's
+        records, as ``unbatch`` of them would), it is ``UNKNOWN``.
+
         >>> import jdata
         >>> jdata.range(10).batch(3).cardinality()
         4
@@ -631,7 +635,9 @@ class Dataset:
 
         Later passes (epochs of an enclosing ``repeat``, or new iterators of
         this dataset) read the cache. A pass that stops early caches nothing,
-        so a cache never holds a truncated dataset.
+        so a cache never holds a truncated dataset. As sources do, the cache
+        hands out each element in new containers with read-only arrays: a UDF
+        cannot change what a later pass reads.
 
         Args:
           filename: ``None`` caches in memory. A path caches to that

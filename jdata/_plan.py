@@ -11,6 +11,7 @@ import dataclasses
 import weakref
 from typing import Any, ClassVar
 
+from jdata import _tree
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 
 # Derived facts about nodes (element specs) live beside the nodes, not in
@@ -29,6 +30,9 @@ class Node:
     """
 
     op_name: ClassVar[str] = "node"
+    # True where ``compute_spec`` infers the sizes from the first elements of
+    # an opaque source (``runtime.probe``): a later element may have others.
+    spec_inferred: ClassVar[bool] = False
 
     def inputs(self) -> tuple[Node, ...]:
         """Child nodes, in field order."""
@@ -57,6 +61,23 @@ class Node:
     def random_access(self) -> bool:
         """True if this node serves element ``i`` directly (see ``runtime.Reader``)."""
         return False
+
+    def static_batch_size(self) -> int | None:
+        """The leading dimension of every element where static facts fix it, else None.
+
+        Read from the element spec only where that spec holds for every element
+        (``spec_is_exact``); ops that fix the size themselves (``batch`` with
+        ``drop_remainder``) override this. Counts built on it (``unbatch``'s
+        cardinality) are exact or ``UNKNOWN``, never wrong.
+        """
+        if not spec_is_exact(self):
+            return None
+        try:
+            sizes = {leaf.shape[0] if leaf.shape else None
+                     for leaf in _tree.leaves(self.element_spec())}
+        except Exception:  # e.g. nested datasets (window), or inputs that do not combine
+            return None
+        return sizes.pop() if len(sizes) == 1 else None
 
     def compute_spec(self):
         raise NotImplementedError(type(self).__name__)
@@ -123,6 +144,15 @@ def spec_is_static(node: Node) -> bool:
     only then, so that building a dataset never executes user code.
     """
     return not any(callable(value) for n in walk(node) for value in n.params().values())
+
+
+def spec_is_exact(node: Node) -> bool:
+    """True if every size in ``node.element_spec()`` holds for every element.
+
+    Without user functions the spec is computed, not inferred, unless a source
+    infers it from its first elements (``Node.spec_inferred``).
+    """
+    return spec_is_static(node) and not any(n.spec_inferred for n in walk(node))
 
 
 def structure_signature(node: Node) -> str:

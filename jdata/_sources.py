@@ -18,6 +18,7 @@ from jdata.ops import (choose_from_datasets as choose_op, counter as counter_op,
                        from_tensor_slices as slices_op, from_tensors as tensors_op,
                        range as range_op, sample_from_datasets as sample_op, zip as zip_op)
 from jdata.runtime.udf import check_callable
+from jdata.runtime.values import read_only
 
 
 def range(start: int, stop: int | None = None, step: int = 1) -> Dataset:  # noqa: A001
@@ -41,7 +42,8 @@ def from_tensors(element) -> Dataset:
     """A dataset of exactly one element.
 
     Lists are converted to arrays (as tf.data converts them to tensors);
-    tuples, dicts and namedtuples are structure.
+    tuples, dicts and namedtuples are structure. Each pass gets the element in
+    new containers with read-only arrays (views: nothing is copied).
 
     >>> import jdata
     >>> [b.tolist() for b in jdata.from_tensors([1, 2, 3])]
@@ -52,6 +54,8 @@ def from_tensors(element) -> Dataset:
 
 def from_tensor_slices(tensors) -> Dataset:
     """Slices every leaf along its first dimension: element ``i`` holds row ``i``.
+
+    Rows are read-only views of the tensors (nothing is copied).
 
     >>> import jdata
     >>> ds = jdata.from_tensor_slices({"x": [1, 2], "y": ["a", "b"]})
@@ -79,6 +83,8 @@ def from_source(source) -> Dataset:
     access, the result supports full shuffles and index-only state. When an op
     downstream runs in parallel (``num_parallel_calls``), ``__getitem__`` is
     called from several threads at once, as grain and tf.data sources are.
+    Elements are handed out in new containers (dicts, lists, tuples) with
+    read-only views of their arrays, so that no UDF can change the source.
 
     >>> import jdata
     >>> [x for x in jdata.from_source(["a", "b", "c"]).skip(1)]
@@ -226,6 +232,8 @@ def to_numpy_tree(value, op: str):
     """Converts a user's tensors to a pytree of NumPy leaves; lists become arrays.
 
     String arrays become object arrays so their rows are plain ``str``/``bytes``.
+    Arrays are read-only (views of the user's arrays, which stay writable), so
+    are their rows: no UDF can change what the next epoch reads.
     """
     if isinstance(value, dict):
         return {k: to_numpy_tree(v, op) for k, v in value.items()}
@@ -247,4 +255,4 @@ def to_numpy_tree(value, op: str):
     if arr.dtype == object and not all(isinstance(v, (bytes, str)) for v in arr.flat):
         raise TypeError(f"{op}: a {type(value).__name__} leaf is not a NumPy value, bytes "
                         "or str (nor an array of them)")
-    return arr if arr.ndim else arr[()]
+    return read_only(arr) if arr.ndim else arr[()]

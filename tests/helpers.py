@@ -6,6 +6,7 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
 import jdata
 
@@ -99,6 +100,39 @@ def _rest(it, remaining: int | None) -> list:
                 break
             out.append(materialize(element))
     return out
+
+
+def assert_read_only_write(ds: jdata.Dataset) -> None:
+    """Iterating ``ds`` fails with NumPy's read-only error (a UDF wrote in place)."""
+    with pytest.raises(jdata.UDFError) as info:
+        list(ds)
+    cause = info.value.__cause__
+    assert isinstance(cause, ValueError) and "read-only" in str(cause), repr(cause)
+
+
+def add_one_in_place(x):
+    """A UDF that writes its input array in place (which sources must not allow)."""
+    x += 1
+    return x
+
+
+def pop_x(element):
+    """A UDF that takes its element's ``"x"`` out (which must not change the source)."""
+    return element.pop("x")
+
+
+# Where a map's UDF runs: inline, on 2 threads, or in 2 worker processes.
+UDF_PATHS = ("inline", "threads", "processes")
+
+
+def map_on(ds: jdata.Dataset, fn, path: str) -> jdata.Dataset:
+    """``ds.map(fn)`` with ``fn`` run on ``path`` (one of ``UDF_PATHS``)."""
+    if path == "inline":
+        return ds.map(fn)
+    mapped = ds.map(fn, num_parallel_calls=2)
+    if path == "processes":
+        return mapped.with_options(jdata.Options(engine="processes"))
+    return mapped
 
 
 def use_per_element_paths(monkeypatch) -> None:

@@ -87,6 +87,7 @@ class ParquetNode(Node):
     groups: tuple
     batch_size: int | None = None  # elements are batches of rows: a dict of column arrays
     op_name: ClassVar[str] = _OP
+    spec_inferred: ClassVar[bool] = True  # list lengths, batch sizes: from the first rows
 
     def rows(self) -> int:
         return sum(rows for _, _, rows in self.groups)

@@ -35,6 +35,9 @@ class BatchNode(Node):
     def random_access(self) -> bool:
         return self.map_fn is None and self.input.random_access()
 
+    def static_batch_size(self) -> int | None:
+        return self.batch_size if self.drop_remainder else None
+
     def compute_spec(self):
         elements = self.input if self.map_fn is None else MapNode(self.input, self.map_fn)
         return _spec.batched(elements.element_spec(),

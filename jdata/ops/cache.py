@@ -17,6 +17,7 @@ from jdata._errors import UDFError
 from jdata._plan import Node
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
+from jdata.runtime.values import frozen
 
 
 class _Cached(NamedTuple):
@@ -55,6 +56,10 @@ class _CacheIterator(Iterator):
     pass over the cache raises no errors: the first pass may differ from the
     later ones where an op between the cache and ``ignore_errors`` counts
     the failures (``enumerate``, ``shard``).
+
+    The cache keeps its elements ``frozen`` (read-only arrays) and hands out
+    each in new containers, the first pass's too: no consumer can change
+    what a later pass reads.
     """
 
     def __init__(self, node: CacheNode, ctx, epoch: int):
@@ -88,7 +93,7 @@ class _CacheIterator(Iterator):
             if self._index >= len(self._cached.elements):
                 raise StopIteration
             self._index += 1
-            return self._cached.elements[self._index - 1]
+            return frozen(self._cached.elements[self._index - 1])
         while True:
             try:
                 element = next(self._input)
@@ -101,8 +106,10 @@ class _CacheIterator(Iterator):
                     raise
                 # The cache this pass replaces holds no failed element.
         self._index += 1
+        element = frozen(element)
         if self._pending is not None:
             self._pending.append(element)
+            return frozen(element)
         return element
 
     def _publish(self) -> None:
@@ -176,7 +183,7 @@ class _CacheIterator(Iterator):
         read = []
         while len(read) < index:
             try:
-                read.append(next(self._input))
+                read.append(frozen(next(self._input)))
             except UDFError:
                 continue  # the filling pass skipped this element too (ignore_errors)
             except StopIteration:

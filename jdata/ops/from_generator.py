@@ -19,6 +19,7 @@ from jdata._plan import Node
 from jdata.runtime import probe
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
+from jdata.runtime.values import frozen
 
 _OP = "from_generator"
 
@@ -104,9 +105,11 @@ class _FromGeneratorIterator(Iterator):
             raise UDFError(_OP, position, e) from e
 
     def _convert(self, element):
+        # Frozen, as every source's elements: a generator may yield objects it
+        # keeps (``iter(records)``) and yields again on the next pass.
         if self._signature is None:
-            return _tree.normalize(element, _OP)
-        return _conform(element, self._signature, self._treedef, self._specs)
+            return frozen(_tree.normalize(element, _OP))
+        return frozen(_conform(element, self._signature, self._treedef, self._specs))
 
     def _start(self) -> None:
         """A new pass over ``fn()``, fast-forwarded past the elements already produced."""

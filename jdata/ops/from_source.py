@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from jdata import _planner
 from jdata._plan import Node
 from jdata.runtime import probe
+from jdata.runtime.values import frozen
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -16,6 +17,7 @@ class FromSourceNode(Node):
 
     source: Any
     op_name: ClassVar[str] = "from_source"
+    spec_inferred: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return len(self.source)
@@ -31,6 +33,8 @@ class FromSourceNode(Node):
 
 
 class _FromSourceReader:
+    """The source's elements, ``frozen``: the source keeps them for the next epoch."""
+
     def __init__(self, node: FromSourceNode, ctx, epoch: int):
         self._source = node.source
         self._len = len(node.source)
@@ -39,7 +43,7 @@ class _FromSourceReader:
         return self._len
 
     def __getitem__(self, index: int):
-        return self._source[index]
+        return frozen(self._source[index])
 
 
 _planner.register(FromSourceNode, reader=_FromSourceReader)

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from jdata import _planner, _spec
 from jdata._plan import Node
+from jdata.runtime.values import frozen
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -27,6 +28,8 @@ class FromTensorsNode(Node):
 
 
 class _FromTensorsReader:
+    """The element in new containers; its arrays are read-only (``jdata.from_tensors``)."""
+
     def __init__(self, node: FromTensorsNode, ctx, epoch: int):
         self._element = node.element
 
@@ -36,7 +39,7 @@ class _FromTensorsReader:
     def __getitem__(self, index: int):
         if index != 0:
             raise IndexError(index)
-        return self._element
+        return frozen(self._element)
 
 
 _planner.register(FromTensorsNode, reader=_FromTensorsReader)

@@ -43,6 +43,9 @@ class PaddedBatchNode(Node):
         return batched_cardinality(self.input.cardinality(), self.batch_size,
                                    self.drop_remainder)
 
+    def static_batch_size(self) -> int | None:
+        return self.batch_size if self.drop_remainder else None
+
     def random_access(self) -> bool:
         return self.input.random_access()
 

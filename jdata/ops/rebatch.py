@@ -30,6 +30,16 @@ class RebatchNode(Node):
             return rows
         return _count_batches(rows, self.batch_sizes, self.drop_remainder)
 
+    def static_batch_size(self) -> int | None:
+        # As ``_batch_size``, from the input's static batch size, not its spec.
+        if len(set(self.batch_sizes)) != 1:
+            return None
+        size = self.batch_sizes[0]
+        rows = self.input.static_batch_size()
+        if self.drop_remainder or (rows is not None and rows % size == 0):
+            return size
+        return None
+
     def compute_spec(self):
         spec = self.input.element_spec()
         return _spec.batched(_spec.unbatched(spec), self._batch_size(spec))

@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, ClassVar
 
-import numpy as np
-
 from jdata import _planner, _spec, _tree
 from jdata._plan import Node
 from jdata.runtime import probe, state_codec, states, udf
 from jdata.runtime.iterator import Iterator
+from jdata.runtime.values import frozen
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -27,7 +26,7 @@ class ScanNode(Node):
 
     def compute_spec(self):
         def first_output(element):
-            return step(self.scan_func, self.initial_state, element, 0)[1]
+            return step(self.scan_func, frozen(self.initial_state), element, 0)[1]
         return probe.udf_output_spec(self.input, first_output, "scan")
 
 
@@ -43,14 +42,7 @@ def step(fn: Callable, state, element, position: int):
                                      position)
     # Read-only, as tf.data's state tensors are immutable: a snapshot holds the state
     # itself and encodes it only if get_state() asks, so it must not change later.
-    return _tree.map(_read_only, new_state), _tree.normalize(result[1], "scan")
-
-
-def _read_only(leaf):
-    if isinstance(leaf, np.ndarray) and leaf.flags.writeable:
-        leaf = leaf.view()
-        leaf.flags.writeable = False
-    return leaf
+    return frozen(new_state), _tree.normalize(result[1], "scan")
 
 
 def check_same_structure(new_state, old_state, op: str, position: int):
@@ -85,7 +77,8 @@ class _ScanIterator(Iterator):
         self._input = _planner.make_iterator(node.input, ctx, epoch)
         self._fn = node.scan_func
         self._initial = node.initial_state
-        self._state = _tree.map(_read_only, node.initial_state)
+        # Every pass starts from the same initial state: it gets its own containers.
+        self._state = frozen(node.initial_state)
         self._position = 0
 
     def __next__(self):
@@ -110,7 +103,7 @@ class _ScanIterator(Iterator):
             raise states.invalid("scan", "scan_state", str(e)) from None
         self._input.set_state(state["input"])
         self._position = position
-        self._state = _tree.map(_read_only, scan_state)
+        self._state = frozen(scan_state)
 
     def close(self):
         self._input.close()
@@ -121,7 +114,7 @@ def reduce(iterator, initial_state, reduce_func: Callable):
 
     Used by ``Dataset.reduce``; ``reduce_func(state, element)`` returns the new state.
     """
-    state = initial_state
+    state = frozen(initial_state)  # the caller's, which reduce_func must not change
     with iterator:
         for position, element in enumerate(iterator):
             new_state = udf.call(reduce_func, (state, element), "reduce", position)

@@ -27,21 +27,19 @@ class UnbatchNode(Node):
 
 
 def unbatched_cardinality(node: Node) -> int:
-    """The number of rows in ``node``'s batches, when its spec fixes the batch size.
+    """The number of rows in ``node``'s batches, when static facts fix the batch size.
 
-    Like tf.data, this reads the leading dimension from the element spec.
+    tf.data reads the leading dimension from the element spec, whose shapes
+    are traced. Here a spec of UDF outputs or of an opaque source is inferred
+    from the first elements: a count built on it can be wrong (18 rows
+    reported, 16 read), and ``UNKNOWN`` is better than wrong.
     """
     n = node.cardinality()
     if n in (0, UNKNOWN):
         return n
-    try:
-        sizes = {leaf.shape[0] if leaf.shape else None
-                 for leaf in _tree.leaves(node.element_spec())}
-    except Exception:  # e.g. an empty input, whose UDF outputs cannot be probed
+    rows = node.static_batch_size()
+    if rows is None:
         return UNKNOWN
-    if len(sizes) != 1 or None in sizes:
-        return UNKNOWN
-    rows = sizes.pop()
     if n == INFINITE:
         return 0 if rows == 0 else INFINITE
     return n * rows

@@ -13,6 +13,7 @@ from jdata._plan import Node
 from jdata.runtime import nested, states
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.tap import Tap
+from jdata.runtime.values import frozen
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -188,9 +189,19 @@ def _redo(buffer: list, op) -> None:
         del buffer[:op]
 
 
-def _values_reader(node: ValuesNode, ctx, epoch: int):
-    return node.values  # a tuple already has __len__ and __getitem__
+class _ValuesReader:
+    """The values, ``frozen``: a window or group is read again by each of its iterators,
+    and overlapping windows share elements."""
+
+    def __init__(self, node: ValuesNode, ctx, epoch: int):
+        self._values = node.values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, index: int):
+        return frozen(self._values[index])
 
 
 _planner.register(WindowNode, iterator=_WindowIterator, reader=_WindowReader)
-_planner.register(ValuesNode, reader=_values_reader)
+_planner.register(ValuesNode, reader=_ValuesReader)

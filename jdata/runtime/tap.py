@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from jdata.runtime import state_codec, states
 from jdata.runtime.iterator import IndexIterator, Iterator
+from jdata.runtime.values import frozen
 
 
 class Tap:
@@ -30,7 +31,9 @@ class Tap:
                 raise StopIteration
             self.it.index = i + 1
             return i
-        return next(self.it)
+        # Frozen: a snapshot holds buffered elements themselves and encodes them only
+        # when get_state() asks, so a consumer must not change them in place.
+        return frozen(next(self.it))
 
     def fetch(self, token):
         return self.it.reader[token] if self.by_index else token

@@ -122,3 +122,11 @@ def test_a_null_fails_its_whole_batch(tmp_path):
     assert [b["i"].tolist() for b in kept] == [[1, 2], [5]]
     with pytest.raises(ValueError, match="batch_size"):
         jdata.from_parquet(path, batch_size=0)
+
+
+def test_unbatched_batches_are_not_counted_from_the_first_batches(files):
+    # The element spec comes from the first batches (5 rows each): 7 batches of 5 would
+    # be 35 rows, where the last batch has 2 (32 rows).
+    ds = jdata.from_parquet(files, ["id"], batch_size=5).unbatch()
+    assert ds.cardinality() == jdata.UNKNOWN
+    assert len(list(ds)) == 32

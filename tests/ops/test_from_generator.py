@@ -5,7 +5,7 @@ import pytest
 
 import jdata
 from jdata import TensorSpec
-from tests.helpers import check_restore_at_every_step
+from tests.helpers import add_one_in_place, assert_read_only_write, check_restore_at_every_step
 
 
 def squares():
@@ -159,3 +159,11 @@ def test_bad_arguments():
         jdata.from_generator(squares())
     with pytest.raises(TypeError, match="from_generator: output_signature="):
         jdata.from_generator(squares, output_signature=(np.int64, np.float32))
+
+
+@pytest.mark.parametrize("signature", [None, {"x": TensorSpec((1,), np.int64)}])
+def test_an_in_place_write_raises_and_leaves_what_the_generator_yields_intact(signature):
+    records = [{"x": np.array([i])} for i in range(3)]  # yielded again on every pass
+    ds = jdata.from_generator(lambda: iter(records), output_signature=signature)
+    assert_read_only_write(ds.map(lambda e: add_one_in_place(e["x"])).repeat(2))
+    assert [e["x"].tolist() for e in records] == [[0], [1], [2]]

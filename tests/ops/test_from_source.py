@@ -3,7 +3,8 @@ import pytest
 
 import jdata
 from jdata import TensorSpec
-from tests.helpers import assert_same_sequence, check_restore_at_every_step
+from tests.helpers import (UDF_PATHS, add_one_in_place, assert_read_only_write,
+                           assert_same_sequence, check_restore_at_every_step, map_on, pop_x)
 
 
 class Squares:
@@ -85,3 +86,32 @@ def test_source_errors_propagate():
     with pytest.raises(KeyError, match="corrupt"):
         next(it)
     assert int(next(it)["i"]) == 3
+
+
+def records():
+    return [{"x": np.array([i, i]), "y": np.int64(i)} for i in range(4)]
+
+
+@pytest.mark.parametrize("path", UDF_PATHS)
+def test_a_udf_that_pops_from_its_element_leaves_the_source_intact(path):
+    # repeat(3) reads the source again within the pass (in the same worker process too).
+    ds = map_on(jdata.from_source(records()).repeat(3), pop_x, path)
+    expected = [[i, i] for i in range(4)] * 3
+    assert [x.tolist() for x in ds] == expected
+    assert [x.tolist() for x in ds] == expected  # the next iterator: the next epoch
+
+
+@pytest.mark.parametrize("path", UDF_PATHS)
+def test_an_in_place_write_raises_and_leaves_the_source_intact(path):
+    source = records()
+    assert_read_only_write(map_on(jdata.from_source(source),
+                                  lambda d: add_one_in_place(d["x"]), path))
+    assert [d["x"].tolist() for d in source] == [[i, i] for i in range(4)]
+    assert source[0]["x"].flags.writeable  # read-only views: the user's arrays stay writable
+
+
+def test_the_consumer_owns_its_elements():
+    source = records()
+    for element in jdata.from_source(source):
+        element.clear()
+    assert [sorted(e) for e in jdata.from_source(source)] == [["x", "y"]] * 4

@@ -5,7 +5,8 @@ import pytest
 
 import jdata
 from jdata import TensorSpec
-from tests.helpers import assert_same_sequence, check_restore_at_every_step
+from tests.helpers import (UDF_PATHS, add_one_in_place, assert_read_only_write,
+                           assert_same_sequence, check_restore_at_every_step, map_on)
 
 Pair = collections.namedtuple("Pair", ["a", "b"])
 
@@ -92,3 +93,15 @@ def test_bad_tensors(tensors, error, message):
 def test_restore_after_map_and_skip_of_rows():
     ds = jdata.from_tensor_slices((np.arange(6), list("abcdef"))).map(lambda i, s: s * int(i))
     assert check_restore_at_every_step(ds) == ["", "b", "cc", "ddd", "eeee", "fffff"]
+
+
+@pytest.mark.parametrize("path", UDF_PATHS)
+def test_an_in_place_write_raises_and_leaves_the_tensors_intact(path):
+    # Rows are views of the tensors: a write used to reach the next epoch.
+    x = np.zeros((2, 2))
+    tensors = {"x": x, "s": np.array(["a", "b"])}
+    assert_read_only_write(map_on(jdata.from_tensor_slices(tensors),
+                                  lambda e: add_one_in_place(e["x"]), path).repeat(2))
+    assert not x.any() and x.flags.writeable
+    row = next(iter(jdata.from_tensor_slices(tensors)))
+    assert np.shares_memory(row["x"], x)  # no copies

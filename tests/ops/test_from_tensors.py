@@ -5,7 +5,8 @@ import pytest
 
 import jdata
 from jdata import TensorSpec
-from tests.helpers import assert_elements_equal, check_restore_at_every_step
+from tests.helpers import (UDF_PATHS, add_one_in_place, assert_elements_equal,
+                           assert_read_only_write, check_restore_at_every_step, map_on, pop_x)
 
 Pair = collections.namedtuple("Pair", ["a", "b"])
 
@@ -57,3 +58,27 @@ def test_string_arrays_become_object_arrays():
 def test_bad_elements(element, message):
     with pytest.raises(TypeError, match=f"from_tensors: .*{message}"):
         jdata.from_tensors(element)
+
+
+@pytest.mark.parametrize("path", UDF_PATHS)
+def test_an_in_place_write_raises_instead_of_reaching_the_next_epoch(path):
+    # It used to give 1, 2, 3: each epoch saw the last one's write (tf.data: immutable).
+    x = np.array([0])
+    assert_read_only_write(map_on(jdata.from_tensors(x), add_one_in_place, path).repeat(3))
+    assert x.tolist() == [0] and x.flags.writeable
+
+
+@pytest.mark.parametrize("path", UDF_PATHS)
+def test_a_udf_that_pops_from_its_element_leaves_the_next_epoch_intact(path):
+    element = {"x": np.array([1]), "y": np.int64(2)}
+    ds = map_on(jdata.from_tensors(element), pop_x, path).repeat(3)
+    assert [x.tolist() for x in ds] == [[1]] * 3
+    assert sorted(element) == ["x", "y"]
+
+
+def test_each_element_comes_in_new_containers_that_share_the_data():
+    x = np.arange(3)
+    ds = jdata.from_tensors({"x": x, "pair": Pair(x, b"b")})
+    first, second = next(iter(ds)), next(iter(ds))
+    assert first is not second and first["pair"] is not second["pair"]
+    assert np.shares_memory(first["x"], x) and np.shares_memory(first["pair"].a, x)

@@ -4,7 +4,7 @@ import pytest
 
 import jdata
 from jdata import TensorSpec
-from tests.helpers import check_restore_at_every_step, take_list
+from tests.helpers import check_restore_at_every_step, pop_x, take_list
 
 
 def _lists(batches) -> list[list[int]]:
@@ -197,3 +197,13 @@ def test_random_ops_in_reduced_datasets_differ_per_window_and_repeat_exactly():
     out = check_restore_at_every_step(ds)
     assert len({tuple(k.tolist()) for k in out}) == 6
     assert [k.tolist() for k in take_list(ds)] == [k.tolist() for k in out]
+
+
+def test_a_group_read_twice_gives_its_elements_twice():
+    # reduce_func's dataset reads the group's elements twice; the first read's UDF
+    # takes "x" out of each.
+    ds = jdata.range(4).map(lambda i: {"x": np.array([i]), "k": np.int64(i % 2)})
+    ds = ds.group_by_window(lambda d: d["k"],
+                            lambda key, group: group.map(pop_x).concatenate(group.map(pop_x)),
+                            window_size=2)
+    assert [int(x[0]) for x in ds] == [0, 2, 0, 2, 1, 3, 1, 3]

@@ -107,6 +107,9 @@ def test_cardinality():
     assert seven.rebatch([4, 4], drop_remainder=True).cardinality() == 1
     assert seven.repeat().rebatch(2).cardinality() == jdata.INFINITE
     assert jdata.range(7).batch(3).rebatch(2).cardinality() == jdata.UNKNOWN
+    fixed = jdata.range(16).map(lambda x: x).batch(4, drop_remainder=True)
+    assert fixed.rebatch(2).cardinality() == 8 and fixed.rebatch(2).unbatch().cardinality() == 16
+    assert fixed.rebatch(3).unbatch().cardinality() == jdata.UNKNOWN  # batches of 3, 1, 3...
     for sizes in ([2, 3], [4, 4], 3):
         for drop in (False, True):
             assert seven.rebatch(sizes, drop).cardinality() == len(
@@ -121,3 +124,13 @@ def test_cardinality():
 def test_bad_arguments(kwargs, error):
     with pytest.raises(error, match="rebatch"):
         jdata.range(4).batch(2).rebatch(**kwargs)
+
+
+def test_cardinality_never_rests_on_an_inferred_spec():
+    # 6 batches: the first 4 (those the spec is inferred from) of 3 rows, then 2; the
+    # count used to be 9 batches of 2 (18 rows), where iteration gives 8 (16 rows).
+    ds = jdata.range(6).map(lambda i: np.zeros(3 if i < 4 else 2)).rebatch(2)
+    assert ds.cardinality() == jdata.UNKNOWN
+    with pytest.raises(TypeError, match="unknown"):
+        len(ds)
+    assert len(list(ds)) == 8

@@ -4,7 +4,8 @@ import pytest
 import jdata
 from jdata import TensorSpec
 from jdata.ops import scan as scan_op
-from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+from tests.helpers import (add_one_in_place, assert_same_sequence, check_restore_at_every_step,
+                           take_list)
 
 
 def ints(ds):
@@ -147,3 +148,23 @@ def test_reduce_closes_the_iterator(fail):
     else:
         assert int(scan_op.reduce(spy, np.int64(0), add)) == 6
     assert spy.closed
+
+
+def test_every_pass_starts_from_the_initial_state():
+    def count(state, x):
+        state["n"] = state["n"] + 1  # replaces a field of the state it was given
+        return state, state["n"]
+
+    ds = jdata.range(3).scan({"n": np.int64(0)}, count)
+    assert ints(ds) == [1, 2, 3]
+    assert ints(ds) == [1, 2, 3]
+    assert ints(ds.repeat(2)) == [1, 2, 3] * 2
+
+
+def test_an_in_place_write_to_the_initial_state_raises():
+    initial = np.zeros(2)
+    with pytest.raises(jdata.UDFError, match="read-only"):
+        list(jdata.range(3).scan(initial, lambda s, x: (add_one_in_place(s), x)))
+    with pytest.raises(jdata.UDFError, match="read-only"):
+        jdata.range(3).reduce(initial, lambda s, x: add_one_in_place(s))
+    assert not initial.any() and initial.flags.writeable

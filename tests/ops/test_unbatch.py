@@ -78,3 +78,20 @@ def test_cardinality_uses_a_fixed_batch_size():
     assert jdata.range(4).batch(2, drop_remainder=True).repeat().unbatch().cardinality() == (
         jdata.INFINITE)
     assert jdata.range(0).batch(2).unbatch().cardinality() == 0
+    # Sizes that static facts fix stay exact, with UDFs upstream too.
+    assert jdata.range(10).batch(4, drop_remainder=True).unbatch().cardinality() == 8
+    assert jdata.range(10).map(lambda x: x).batch(
+        4, drop_remainder=True).unbatch().cardinality() == 8
+    assert jdata.from_tensors(np.zeros((3, 2))).repeat(5).unbatch().cardinality() == 15
+
+
+def test_cardinality_never_rests_on_an_inferred_spec():
+    # 6 batches: the first 4 (those the spec is inferred from) of 3 rows, then 2. The
+    # count used to be 18 rows, where iteration gives 16.
+    ds = jdata.range(6).map(lambda i: np.zeros(3 if i < 4 else 2)).unbatch()
+    assert ds.cardinality() == jdata.UNKNOWN
+    with pytest.raises(TypeError, match="unknown"):
+        len(ds)
+    assert len(list(ds)) == 16
+    source = jdata.from_source([np.zeros(3)] * 4 + [np.zeros(2)] * 2)  # a spec from 4 records
+    assert source.unbatch().cardinality() == jdata.UNKNOWN

@@ -5,7 +5,8 @@ import pytest
 
 import jdata
 from jdata import DatasetSpec, TensorSpec
-from tests.helpers import check_restore_at_every_step, take_list
+from tests.helpers import (add_one_in_place, assert_read_only_write, check_restore_at_every_step,
+                           take_list)
 
 
 def _windows(ds) -> list[list[int]]:
@@ -158,3 +159,10 @@ def test_upstream_errors_propagate_and_ignore_errors_continues(make):
 ])
 def test_errors_of_skipped_elements_are_ignored(make):
     assert _windows(make().window(1, shift=3)) == [[0], [3]]
+
+
+def test_a_write_to_an_element_of_one_window_raises_instead_of_reaching_the_next():
+    # Overlapping windows share elements; a window is read again by each of its iterators.
+    ds = jdata.range(3).map(lambda i: np.array([i])).window(2, shift=1, drop_remainder=True)
+    assert_read_only_write(ds.flat_map(lambda w: w.map(add_one_in_place)))
+    assert [[x.tolist() for x in w] for w in ds] == [[[0], [1]], [[1], [2]]]
