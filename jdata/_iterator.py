@@ -138,9 +138,8 @@ def plan_facts(node: _plan.Node) -> list[list]:
     facts = []
     for n in _plan.walk(node):
         cardinality = n.cardinality()
-        key = getattr(n, "key", None)
-        digest = None if key is None else hashlib.sha256(
-            np.ascontiguousarray(key).tobytes()).hexdigest()[:16]
+        digest = hashlib.sha256(np.ascontiguousarray(n.key).tobytes()).hexdigest()[:16] \
+            if n.random else None
         facts.append([n.op_name, None if cardinality in (INFINITE, UNKNOWN) else cardinality,
                       digest])
     return facts

@@ -33,6 +33,16 @@ class Node:
     # True where ``compute_spec`` infers the sizes from the first elements of
     # an opaque source (``runtime.probe``): a later element may have others.
     spec_inferred: ClassVar[bool] = False
+    # Capabilities the planner and the optimizer rely on, declared per node type
+    # (never found by probing fields or listing op names):
+    # ``num_parallel_calls`` and ``deterministic`` fields: the op may run on a pool.
+    parallel: ClassVar[bool] = False
+    # Its elements are batches: a consumer's step overlaps the next batch's work.
+    batching: ClassVar[bool] = False
+    # A ``key`` field: the op's random choices come from it.
+    random: ClassVar[bool] = False
+    # A ``buffer_size`` field that may be AUTOTUNE, for the autotuner to size.
+    tunable_buffer: ClassVar[bool] = False
 
     def inputs(self) -> tuple[Node, ...]:
         """Child nodes, in field order."""
@@ -57,6 +67,16 @@ class Node:
 
     def cardinality(self) -> int:
         return UNKNOWN
+
+    def parallel_udf(self):
+        """The user function this op runs on its pool (threads or worker processes), if any:
+        what decides the engine (``runtime.engine``)."""
+        return None
+
+    def runs_jax(self) -> bool:
+        """True if the op's work is JAX code (XLA releases the GIL; worker processes
+        would each compile it again)."""
+        return False
 
     def random_access(self) -> bool:
         """True if this node serves element ``i`` directly (see ``runtime.Reader``)."""

@@ -57,8 +57,8 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
     iterator = factory(node, ctx, epoch)
     if isinstance(iterator, Tunable):
         ctx.autotuner().register(iterator, str(node),
-                                 getattr(node, "num_parallel_calls", None) == AUTOTUNE,
-                                 getattr(node, "buffer_size", None) == AUTOTUNE)
+                                 node.parallel and node.num_parallel_calls == AUTOTUNE,
+                                 node.tunable_buffer and node.buffer_size == AUTOTUNE)
     return iterator
 
 
@@ -72,7 +72,7 @@ def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
         engine.subtree_engine(node, ctx), options.cpu_budget, engine.engine_key(node),
         node.op_name)
     ops = " <- ".join(n.op_name for n in walk(node))
-    autotuned = any(getattr(n, "num_parallel_calls", None) == AUTOTUNE for n in walk(node))
+    autotuned = any(n.parallel and n.num_parallel_calls == AUTOTUNE for n in walk(node))
     ctx.autotuner().register(iterator, f"{ops} (by index)", autotuned, False)
     return iterator
 
@@ -89,8 +89,9 @@ def parallel_map(node: Node, ctx: Context, epoch: int, fn: Callable, threads: in
 
 def op_parallelism(node: Node, ctx: Context) -> tuple[int | None, bool]:
     """An op's own ``(threads or None, deterministic)`` from its arguments and options."""
-    requested = getattr(node, "num_parallel_calls", None)
-    deterministic = getattr(node, "deterministic", None)
+    if not node.parallel:
+        return None, ctx.options.deterministic
+    requested, deterministic = node.num_parallel_calls, node.deterministic
     if deterministic is None:
         deterministic = ctx.options.deterministic
     if requested is None:

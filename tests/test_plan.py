@@ -24,7 +24,7 @@ def test_explain_lists_every_op_with_cardinality():
     text = _pipeline().explain()
     lines = text.splitlines()
     assert lines[0] == "Plan (optimizer rules fired: inject_prefetch)"
-    assert lines[1].startswith("Prefetch(buffer_size=AUTOTUNE, start_synchronous=True)")
+    assert lines[1].startswith("Prefetch(buffer_size=AUTOTUNE, injected")
     assert lines[2].strip().startswith("Batch(batch_size=4)") and lines[2].endswith("[unknown]")
     assert "RandomMap(fn=_pipeline.<locals>.<lambda>" in lines[3]
     assert lines[4].strip().startswith("Filter(")

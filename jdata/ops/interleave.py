@@ -24,6 +24,7 @@ class InterleaveNode(Node):
     num_parallel_calls: int | None = None
     deterministic: bool | None = None
     op_name: ClassVar[str] = "interleave"
+    parallel: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return UNKNOWN

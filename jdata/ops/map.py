@@ -24,9 +24,16 @@ class MapNode(Node):
     deterministic: bool | None = None
     vectorize: bool = False
     op_name: ClassVar[str] = "map"
+    parallel: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return self.input.cardinality()
+
+    def parallel_udf(self) -> Callable:
+        return self.fn
+
+    def runs_jax(self) -> bool:
+        return self.vectorize
 
     def random_access(self) -> bool:
         return self.input.random_access()

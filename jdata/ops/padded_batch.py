@@ -35,6 +35,7 @@ class PaddedBatchNode(Node):
     padding_values: Any
     drop_remainder: bool = False
     op_name: ClassVar[str] = "padded_batch"
+    batching: ClassVar[bool] = True
 
     def __post_init__(self):
         check_padding_values(self.padding_values)

@@ -17,16 +17,38 @@ class PrefetchNode(Node):
 
     input: Node
     buffer_size: int
-    # Set by the optimizer's injected prefetch: start synchronous, and let
-    # the autotuner give it a buffer when the consumer has work to overlap.
-    start_synchronous: bool = False
     op_name: ClassVar[str] = "prefetch"
+    tunable_buffer: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return self.input.cardinality()
 
     def compute_spec(self):
         return self.input.element_spec()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class InjectedPrefetchNode(Node):
+    """The ``prefetch(AUTOTUNE)`` the optimizer adds at the output (``inject_prefetch``).
+
+    It starts synchronous (a thread handoff only pays when the consumer has
+    work of its own to overlap), and the autotuner gives it a buffer when
+    that pays. Its state is the same as a ``prefetch``'s.
+    """
+
+    input: Node
+    buffer_size: ClassVar[int] = AUTOTUNE
+    op_name: ClassVar[str] = "prefetch"
+    tunable_buffer: ClassVar[bool] = True
+
+    def cardinality(self) -> int:
+        return self.input.cardinality()
+
+    def compute_spec(self):
+        return self.input.element_spec()
+
+    def __str__(self):
+        return "Prefetch(buffer_size=AUTOTUNE, injected: synchronous until tuned)"
 
 
 # The buffer of prefetch(AUTOTUNE) until the autotuner sizes it.
@@ -38,9 +60,13 @@ def _iterator(node: PrefetchNode, ctx, epoch: int):
     if node.buffer_size == 0:
         return input_iterator
     size = AUTOTUNE_BUFFER if node.buffer_size == AUTOTUNE else node.buffer_size
-    if node.start_synchronous and node.buffer_size == AUTOTUNE and ctx.options.autotune:
-        size = 0
     return prefetch.PrefetchIterator(input_iterator, size)
 
 
+def _injected_iterator(node: InjectedPrefetchNode, ctx, epoch: int):
+    size = 0 if ctx.options.autotune else AUTOTUNE_BUFFER
+    return prefetch.PrefetchIterator(_planner.make_iterator(node.input, ctx, epoch), size)
+
+
 _planner.register(PrefetchNode, iterator=_iterator)
+_planner.register(InjectedPrefetchNode, iterator=_injected_iterator)

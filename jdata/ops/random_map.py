@@ -26,9 +26,17 @@ class RandomMapNode(Node):
     deterministic: bool | None = None
     vectorize: bool = False
     op_name: ClassVar[str] = "random_map"
+    parallel: ClassVar[bool] = True
+    random: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return self.input.cardinality()
+
+    def parallel_udf(self) -> Callable:
+        return self.fn
+
+    def runs_jax(self) -> bool:
+        return self.vectorize
 
     def random_access(self) -> bool:
         return self.input.random_access()

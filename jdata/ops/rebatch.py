@@ -23,6 +23,7 @@ class RebatchNode(Node):
     batch_sizes: tuple
     drop_remainder: bool = False
     op_name: ClassVar[str] = "rebatch"
+    batching: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         rows = unbatched_cardinality(self.input)

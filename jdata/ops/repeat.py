@@ -19,16 +19,10 @@ from jdata.runtime.iterator import Iterator
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RepeatNode(Node):
-    """See ``Dataset.repeat``. ``count=None`` repeats forever.
-
-    ``by_index`` (set by the optimizer's ``repeat_by_index`` rule) reads a
-    forever repeat of a random-access input by index, as one stream of
-    passes, instead of building the input's iterator again each pass.
-    """
+    """See ``Dataset.repeat``. ``count=None`` repeats forever."""
 
     input: Node
     count: int | None
-    by_index: bool = False
     op_name: ClassVar[str] = "repeat"
 
     def cardinality(self) -> int:
@@ -42,15 +36,36 @@ class RepeatNode(Node):
         return self.count * n
 
     def random_access(self) -> bool:
-        return (self.count is not None or self.by_index) and self.input.random_access()
+        return self.count is not None and self.input.random_access()
 
     def compute_spec(self):
         return self.input.element_spec()
 
     def __str__(self):
-        if self.count is not None:
-            return f"Repeat(count={self.count})"
-        return "Repeat(forever, by index)" if self.by_index else "Repeat(forever)"
+        return "Repeat(forever)" if self.count is None else f"Repeat(count={self.count})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RepeatByIndexNode(Node):
+    """A forever ``repeat`` of a random-access input read by index, as one stream of
+    passes (the optimizer's ``repeat_by_index``), instead of building the input's
+    iterator again each pass."""
+
+    input: Node
+    count: ClassVar[None] = None  # forever, as the RepeatNode it replaces
+    op_name: ClassVar[str] = "repeat"
+
+    def cardinality(self) -> int:
+        return 0 if self.input.cardinality() == 0 else INFINITE
+
+    def random_access(self) -> bool:
+        return self.input.random_access()
+
+    def compute_spec(self):
+        return self.input.element_spec()
+
+    def __str__(self):
+        return "Repeat(forever, by index)"
 
 
 # Read by index, a forever repeat ends after this many elements (centuries at 10M/s).
@@ -146,3 +161,4 @@ class _RepeatIterator(Iterator):
 
 
 _planner.register(RepeatNode, iterator=_RepeatIterator, reader=_RepeatReader)
+_planner.register(RepeatByIndexNode, reader=_RepeatReader)

@@ -28,6 +28,7 @@ class SampleFromDatasetsNode(Node):
     key: np.ndarray
     stop_on_empty_dataset: bool = False
     op_name: ClassVar[str] = "sample_from_datasets"
+    random: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         if all(d.cardinality() == INFINITE for d in self.datasets):

@@ -28,6 +28,7 @@ class ShuffleNode(Node):
     buffer_size: int | None
     reshuffle_each_iteration: bool = True
     op_name: ClassVar[str] = "shuffle"
+    random: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return self.input.cardinality()

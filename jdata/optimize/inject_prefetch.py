@@ -13,19 +13,13 @@ the devices) is left alone.
 
 from __future__ import annotations
 
-from jdata._constants import AUTOTUNE
 from jdata._plan import Node, walk
 from jdata.ops.options import OptionsNode
-from jdata.ops.prefetch import PrefetchNode
-
-_BATCHING_OPS = frozenset({"batch", "padded_batch", "rebatch", "bucket_by_sequence_length"})
-
+from jdata.ops.prefetch import InjectedPrefetchNode
 
 def _worth_it(plan: Node) -> bool:
-    for node in walk(plan):
-        if node.op_name in _BATCHING_OPS or getattr(node, "num_parallel_calls", None):
-            return True
-    return False
+    return any(node.batching or (node.parallel and node.num_parallel_calls)
+               for node in walk(plan))
 
 
 def _output(plan: Node) -> Node:
@@ -43,4 +37,4 @@ class InjectPrefetchRule:
         if (not options.autotune or output.op_name in ("prefetch", "to_global")
                 or not _worth_it(plan)):
             return plan
-        return PrefetchNode(plan, AUTOTUNE, start_synchronous=True)
+        return InjectedPrefetchNode(plan)

@@ -17,19 +17,19 @@ alone.
 
 from __future__ import annotations
 
-import dataclasses
-
 from jdata._plan import Node, walk
 from jdata.ops.batch import BatchNode
 from jdata.ops.ignore_errors import IgnoreErrorsNode
 from jdata.ops.map import MapNode
+from jdata.ops.map_batch import MapBatchNode
 from jdata.optimize.rewrite import bottom_up
 
 
 def _fusable(node: Node) -> bool:
-    inner = getattr(node, "input", None)
-    return (type(node) is BatchNode and node.map_fn is None
-            and type(inner) is MapNode and inner.num_parallel_calls is not None
+    if type(node) is not BatchNode:
+        return False
+    inner = node.input
+    return (type(inner) is MapNode and inner.num_parallel_calls is not None
             and not inner.vectorize and not inner.input.random_access())
 
 
@@ -44,8 +44,7 @@ class MapBatchFusionRule:
             if not _fusable(node):
                 return node
             inner = node.input
-            return dataclasses.replace(node, input=inner.input, map_fn=inner.fn,
-                                       num_parallel_calls=inner.num_parallel_calls,
-                                       deterministic=inner.deterministic)
+            return MapBatchNode(inner.input, inner.fn, node.batch_size, node.drop_remainder,
+                                inner.num_parallel_calls, inner.deterministic)
 
         return bottom_up(plan, fuse)

@@ -67,9 +67,10 @@ def _drop_flag(y, flag):
 
 
 def _fusable(node: Node) -> bool:
-    inner = getattr(node, "input", None)
-    return (type(node) is FilterNode and not isinstance(node.predicate, _Flag)
-            and type(inner) is MapNode and inner.num_parallel_calls is not None
+    if type(node) is not FilterNode or isinstance(node.predicate, _Flag):
+        return False
+    inner = node.input
+    return (type(inner) is MapNode and inner.num_parallel_calls is not None
             and not inner.vectorize)
 
 

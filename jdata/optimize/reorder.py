@@ -55,23 +55,28 @@ def _element_bytes(node: Node) -> float | None:
 
 
 def _pointwise_map(node: Node) -> bool:
-    traits = traits_of(getattr(node, "fn", None))
-    return type(node) is MapNode and traits is not None and traits.pointwise
+    if type(node) is not MapNode:
+        return False
+    traits = traits_of(node.fn)
+    return traits is not None and traits.pointwise
 
 
 def _shrinking_selection(node: Node) -> bool:
-    traits = traits_of(getattr(node, "fn", None))
-    if type(node) not in (MapNode, RandomMapNode) or traits is None or not traits.selection:
+    if type(node) not in (MapNode, RandomMapNode):
+        return False
+    traits = traits_of(node.fn)
+    if traits is None or not traits.selection:
         return False
     after, before = _element_bytes(node), _element_bytes(node.input)
     return after is not None and before is not None and after < before
 
 
 def _filter_independent_of(filter_node: FilterNode, map_node: Node) -> bool:
+    if type(map_node) is not MapNode:
+        return False
     reads = getattr(traits_of(filter_node.predicate), "reads", None)
-    writes = getattr(traits_of(getattr(map_node, "fn", None)), "writes", None)
-    return (type(map_node) is MapNode and reads is not None and writes is not None
-            and not reads & writes)
+    writes = getattr(traits_of(map_node.fn), "writes", None)
+    return reads is not None and writes is not None and not reads & writes
 
 
 def _measured(selection: Node) -> str | None:
@@ -126,7 +131,8 @@ class ReorderRule:
 
         def move(node: Node) -> Node:
             # The cheap check first: measuring sizes may run the pipeline's first elements.
-            if _pointwise_map(getattr(node, "input", None)) and _shrinking_selection(node):
+            if (type(node) in (MapNode, RandomMapNode) and _pointwise_map(node.input)
+                    and _shrinking_selection(node)):
                 note = _measured(node)
                 if note is not None:
                     notes.append(note)

@@ -13,10 +13,9 @@ already; a forever repeat of an empty input stays empty.
 
 from __future__ import annotations
 
-import dataclasses
 
 from jdata._plan import Node
-from jdata.ops.repeat import RepeatNode
+from jdata.ops.repeat import RepeatByIndexNode, RepeatNode
 from jdata.optimize.rewrite import bottom_up
 
 
@@ -25,9 +24,8 @@ class RepeatByIndexRule:
 
     def apply(self, plan: Node, options) -> Node:
         def fuse(node: Node) -> Node:
-            if (type(node) is RepeatNode and node.count is None and not node.by_index
-                    and node.input.random_access()):
-                return dataclasses.replace(node, by_index=True)
+            if type(node) is RepeatNode and node.count is None and node.input.random_access():
+                return RepeatByIndexNode(node.input)
             return node
 
         return bottom_up(plan, fuse)

@@ -28,26 +28,21 @@ _BOTTLENECK_WAIT = 0.2
 
 
 
-# Ops whose parallel work is a UDF that may hold the GIL (and a batch with a
-# fused map); other ops' parallel work (stacking, prefetching) releases it
-# and always runs on threads.
-_ENGINE_OPS = frozenset({"map", "random_map"})
-
 
 def op_engine(node: Node, ctx: Context) -> str:
     """Where an op's parallel UDF calls run: ``"threads"``, ``"processes"`` or ``"auto"``.
 
     ``Options(engine=...)`` decides, except that its default ``"auto"``
     measures only for ``num_parallel_calls=AUTOTUNE`` and keeps explicit
-    counts on threads, as tf.data does.
+    counts on threads, as tf.data does. Ops whose parallel work is no UDF of
+    the user's (stacking, prefetching) release the GIL: always threads.
     """
-    runs_udf = node.op_name in _ENGINE_OPS or getattr(node, "map_fn", None) is not None
-    if not runs_udf or getattr(node, "num_parallel_calls", None) is None:
+    if node.parallel_udf() is None or not node.parallel or node.num_parallel_calls is None:
         return "threads"
     engine = ctx.options.engine
     if engine != "auto":
         return engine
-    return "auto" if getattr(node, "num_parallel_calls", None) == AUTOTUNE else "threads"
+    return "auto" if node.num_parallel_calls == AUTOTUNE else "threads"
 
 
 def subtree_engine(node: Node, ctx: Context) -> str:
@@ -60,7 +55,7 @@ def subtree_engine(node: Node, ctx: Context) -> str:
     engines = {op_engine(n, ctx) for n in nodes}
     if "processes" in engines:
         return "processes"
-    if "auto" in engines and not any(getattr(n, "vectorize", False) for n in nodes):
+    if "auto" in engines and not any(n.runs_jax() for n in nodes):
         return "auto"
     return "threads"
 
@@ -82,7 +77,7 @@ def engine_key(node: Node) -> tuple:
 
 def describe_engine(node: Node, ctx: Context) -> str:
     """What ``explain()`` says about where a parallel op runs, or ``""``."""
-    if getattr(node, "num_parallel_calls", None) is None:
+    if not node.parallel or node.num_parallel_calls is None:
         return ""
     engine = op_engine(node, ctx)
     if engine == "auto":

@@ -11,7 +11,7 @@ import jdata
 from jdata import optimize
 from jdata.ops.filter import FilterNode
 from jdata.ops.map import MapNode
-from jdata.ops.prefetch import PrefetchNode
+from jdata.ops.prefetch import InjectedPrefetchNode
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 
 OFF = jdata.Options(optimize=False)
@@ -110,7 +110,7 @@ def test_filter_fusion_checks_the_first_predicate_result():
 def test_inject_prefetch_only_for_batches_or_parallel_work():
     batched = jdata.range(10).batch(2)
     plan = _optimized(batched).plan
-    assert isinstance(plan, PrefetchNode) and plan.start_synchronous
+    assert isinstance(plan, InjectedPrefetchNode)
     assert _optimized(jdata.range(10).map(abs)).fired == ()
     assert _optimized(batched.prefetch(3)).fired == ()
     assert _optimized(batched.with_options(jdata.Options(autotune=False))).fired == ()
@@ -339,9 +339,9 @@ def test_repeat_by_index_keeps_one_process_pool_for_every_pass():
 def test_a_parallel_map_fuses_into_its_batch_over_a_sequential_input():
     ds = _generated(23).map(lambda x: x * 10, num_parallel_calls=2).batch(5)
     result = _optimized(ds)
-    assert _ops(result.plan) == ["prefetch", "batch", "from_generator"]
+    assert _ops(result.plan) == ["prefetch", "map_batch", "from_generator"]
     assert "map_batch_fusion" in [f.rule for f in result.fired]
-    assert result.plan.input.map_fn is not None
+    assert type(result.plan.input).__name__ == "MapBatchNode"
     batches = _same_with_and_without(ds)
     assert [b.tolist() for b in batches][-1] == [200, 210, 220]
     check_restore_at_every_step(ds)
