@@ -18,7 +18,9 @@ a background thread periodically searches the knobs that users left to
 The search is hill climbing from the smallest setting: repeatedly take the
 single step (one more worker, or a doubled buffer) that lowers the
 objective most, while workers stay within ``Options.cpu_budget`` and
-buffered bytes within ``Options.ram_budget``, until no step gains 1% of the
+buffered bytes within what the process's memory budget leaves them
+(``jdata.runtime.memory``: ``Options.ram_budget`` shared by every live
+pipeline), until no step gains 1% of the
 time per output element (the waits plus the consumer's own time).
 The result replaces the current setting only if the model expects it to
 cut the wait by ``_MIN_CHANGE_GAIN`` of the time per output element. Rounds
@@ -29,11 +31,11 @@ alone.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
 
+from jdata.runtime import memory
 from jdata.runtime.stats import OpStats, PipelineStats
 
 _MIN_PERIOD_SEC = 0.05
@@ -48,14 +50,6 @@ _MIN_NEW_ELEMENTS = 8
 _MAX_BUFFER = 1024
 # Samples kept for plotting (the history of changes is kept whole).
 _MAX_SAMPLES = 2000
-
-
-def default_ram_budget() -> int:
-    """Half the memory available now."""
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (ValueError, OSError, AttributeError):
-        return 1 << 30
 
 
 def empty_probability(load: float, capacity: int) -> float:
@@ -110,10 +104,9 @@ def _cost(stages: list[_Stage], setting: dict[int, tuple[int, int]]) -> float:
 class Autotuner:
     """Tunes the registered stages of one iterator on a background thread."""
 
-    def __init__(self, enabled: bool, cpu_budget: int, ram_budget: int):
+    def __init__(self, enabled: bool, cpu_budget: int):
         self.enabled = enabled
         self.cpu_budget = cpu_budget
-        self.ram_budget = ram_budget
         self._stages: list[weakref.ref] = []  # iterators with a .stats OpStats
         self._last: dict[int, tuple[int, float, float, float]] = {}
         self._lock = threading.Lock()
@@ -180,7 +173,9 @@ class Autotuner:
         stages = self._measure(iterators)
         if not stages:
             return False
-        best = self._search(stages)
+        # The budget left by what every other pipeline of the process holds now.
+        ram = memory.limit() - memory.held([it.stats for it in iterators])
+        best = self._search(stages, ram)
         current = {id(s): (s.parallelism, s.buffer) for s in stages}
         current_cost = _cost(stages, current)
         if current_cost - _cost(stages, best) < _MIN_CHANGE_GAIN * (current_cost
@@ -227,7 +222,7 @@ class Autotuner:
                                  new / max(output_elements, 1)))
         return stages
 
-    def _search(self, stages: list[_Stage]) -> dict[int, tuple[int, int]]:
+    def _search(self, stages: list[_Stage], ram_budget: float) -> dict[int, tuple[int, int]]:
         """Hill climbing over the tuned knobs from their smallest values."""
         knobs = {id(s): (1 if s.stats.tune_parallelism else s.parallelism,
                          _smallest_buffer(s) if s.stats.tune_buffer else s.buffer)
@@ -250,7 +245,7 @@ class Autotuner:
             feasible = []
             for c in candidates:
                 cpu, ram = resources(c)
-                if cpu <= self.cpu_budget and ram <= self.ram_budget:
+                if cpu <= self.cpu_budget and ram <= ram_budget:
                     feasible.append((_cost(stages, c), c))
             if not feasible:
                 return knobs

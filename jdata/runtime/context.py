@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jdata._options import Options
+from jdata.runtime import memory
 
 
 @dataclasses.dataclass
@@ -18,12 +19,15 @@ class Context:
     options: Options = dataclasses.field(default_factory=Options)
     _tuner: object = None
 
+    def __post_init__(self):
+        # The pipeline's ram_budget counts for the whole process while it lives.
+        self._claim = memory.Claim(self.options.ram_budget)
+
     def autotuner(self):
         if self._tuner is None:
             from jdata.runtime import autotune, executors
 
             options = self.options
             self._tuner = autotune.Autotuner(
-                options.autotune, options.cpu_budget or executors.usable_cores(),
-                options.ram_budget or autotune.default_ram_budget())
+                options.autotune, options.cpu_budget or executors.usable_cores())
         return self._tuner

@@ -109,8 +109,8 @@ class ParallelIndexIterator(_Pooled):
 
     def _fill(self) -> None:
         while not self._pool.full() and self._next_submit < self._len:
-            indices = []
-            while self._next_submit < self._len and len(indices) < self._pool.sizer.size():
+            indices, size = [], self._pool.chunk_size()
+            while self._next_submit < self._len and len(indices) < size:
                 if self._next_submit not in self._done:
                     indices.append(self._next_submit)
                 self._next_submit += 1
@@ -163,8 +163,8 @@ class ParallelMapIterator(_Pooled):
         self._pending: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
     def _pull_chunk(self) -> list:
-        items = []
-        while not self._exhausted and len(items) < self._pool.sizer.size():
+        items, size = [], self._pool.chunk_size()
+        while not self._exhausted and len(items) < size:
             before = self._input.snapshot()
             position = self._position
             try:

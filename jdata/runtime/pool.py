@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from jdata.runtime import executors
+from jdata.runtime import executors, memory
 from jdata.runtime.engine import initial_engine
 from jdata.runtime.iterator import Reader
 from jdata.runtime.outcomes import Outcome, compute_all
@@ -31,6 +31,10 @@ _TARGET_PROCESS_CHUNK_SEC = 10e-3
 # Chunks in flight per worker: enough to keep every worker busy while the
 # consumer drains results.
 _CHUNKS_PER_WORKER = 2
+# Copies of a chunk's outputs a worker may hold at once, for the memory
+# budget: the chunks in flight; a worker process also keeps a ring of shared
+# memory segments, each up to 1.25 chunks (``worker.SLOTS`` = 3).
+_CHUNK_COPIES = {"threads": _CHUNKS_PER_WORKER, "processes": _CHUNKS_PER_WORKER + 3 * 1.25}
 
 
 class ChunkSizer:
@@ -134,6 +138,7 @@ class Pool:
         self.sizer = ChunkSizer(chunk_target(self.engine))
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
                              engine_reason=self.engine_reason)
+        memory.track(self.stats)
 
     def _start(self, engine: str):
         if engine == "processes":
@@ -147,6 +152,16 @@ class Pool:
 
     def full(self) -> bool:
         return len(self.inflight) >= self.parallelism * _CHUNKS_PER_WORKER
+
+    def chunk_size(self) -> int:
+        """Elements in the next chunk: about the sizer's target time, and few enough
+        that the chunks every worker may hold fit what the memory budget leaves."""
+        size = self.sizer.size()
+        per_element = self.stats.bytes_per_element
+        if per_element and size > 1:
+            copies = self.parallelism * _CHUNK_COPIES[self.engine]
+            size = min(size, int(memory.room(self.stats) / (per_element * copies)))
+        return max(1, size)
 
     def submit(self, items: list, tags: list) -> None:
         self.inflight.append((tags, self._executor.submit(items)))
@@ -185,6 +200,7 @@ class Pool:
         stats.buffered = sum(len(tags) for tags, _ in self.inflight)
         if outcomes and outcomes[0].error is None:
             stats.record_bytes(outcomes[0].value)
+        stats.held_bytes = int(stats.buffered * stats.bytes_per_element)
 
     def _maybe_switch(self, timing: tuple[float, float, float], waited: float) -> None:
         decision = self.chooser.record(timing, waited, self.parallelism)

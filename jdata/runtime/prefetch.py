@@ -6,6 +6,7 @@ import collections
 import threading
 import time
 
+from jdata.runtime import memory
 from jdata.runtime.iterator import Iterator, Tunable
 from jdata.runtime.outcomes import Outcome
 from jdata.runtime.stats import OpStats
@@ -18,6 +19,9 @@ _CLOSE_TIMEOUT_SEC = 10.0
 _POLL_SEC = 1.0
 # Prefetch measures the size of one element in this many.
 _BYTES_SAMPLE_EVERY = 16
+# How often a producer held back by the memory budget looks again (other
+# pipelines may have let go of memory).
+_BUDGET_POLL_SEC = 0.05
 
 
 class PrefetchIterator(Tunable):
@@ -29,6 +33,9 @@ class PrefetchIterator(Tunable):
     the producer appends an element while still holding the input lock, so
     ``get_state`` (which takes both) never sees an element that has left the
     input but not reached the buffer.
+
+    The buffer also stays within what the process's memory budget leaves it
+    (``jdata.runtime.memory``; one element always fits, so it never stalls).
 
     A ``buffer_size`` of 0 pulls synchronously, on the consumer's thread,
     until the autotuner gives it a buffer (see ``InjectPrefetchRule``): a
@@ -45,6 +52,7 @@ class PrefetchIterator(Tunable):
         self._stop = False
         self._thread: threading.Thread | None = None
         self.stats = OpStats("prefetch", 1, buffer_size)
+        memory.track(self.stats)
 
     def set_buffer_size(self, buffer_size: int) -> None:
         with self._cond:
@@ -75,8 +83,13 @@ class PrefetchIterator(Tunable):
         stats = self.stats
         while True:
             with self._cond:
-                while len(self._buffer) >= self._buffer_size and not self._stop:
-                    self._cond.wait()
+                while not self._stop:
+                    if len(self._buffer) >= self._buffer_size:
+                        self._cond.wait()
+                    elif self._over_budget():
+                        self._cond.wait(_BUDGET_POLL_SEC)
+                    else:
+                        break
                 if self._stop:
                     return
             with self._input_lock:
@@ -96,6 +109,7 @@ class PrefetchIterator(Tunable):
                 stats.busy_sec += time.perf_counter() - start
                 with self._cond:
                     self._buffer.append((before, outcome))
+                    stats.held_bytes = int(len(self._buffer) * stats.bytes_per_element)
                     self._cond.notify_all()
             if outcome is _END:
                 return
@@ -116,10 +130,19 @@ class PrefetchIterator(Tunable):
             if outcome is _END:
                 raise StopIteration  # kept in the buffer: the end stays the end
             self._buffer.popleft()
-            self.stats.elements += 1
-            self.stats.buffered = len(self._buffer)
+            stats = self.stats
+            stats.elements += 1
+            stats.buffered = len(self._buffer)
+            stats.held_bytes = int(stats.buffered * stats.bytes_per_element)
             self._cond.notify_all()
         return outcome.get()
+
+    def _over_budget(self) -> bool:
+        """One more element would take the buffer past the memory the process's budget
+        leaves it (the buffer is never empty for that reason)."""
+        n = len(self._buffer)
+        need = (n + 1) * self.stats.bytes_per_element
+        return n > 0 and need > memory.limit() >> 6 and need > memory.room(self.stats)
 
     def snapshot(self):
         with self._input_lock, self._cond:

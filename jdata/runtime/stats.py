@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # compared by identity: a stage, not a value
 class OpStats:
     """Counters of one asynchronous stage (mutated by its iterator)."""
 
@@ -35,6 +35,7 @@ class OpStats:
     wait_sec: float = 0.0  # time the consumer waited for an element
     buffered: int = 0  # elements ready or in flight
     bytes_per_element: float = 0.0
+    held_bytes: int = 0  # what the stage holds now, against the process's memory budget
     started: float = dataclasses.field(default_factory=time.perf_counter)
 
     def record_bytes(self, element: Any) -> None:

@@ -20,8 +20,11 @@ def _stage(kind="workers", work=0.01, consumer=0.002, parallelism=1, buffer=2,
     return autotune._Stage(stats, 100, 100 * work, 0.0, 100 * consumer, weight)
 
 
-def _tuner(cpu=4, ram=1 << 40):
-    return autotune.Autotuner(True, cpu, ram)
+_NO_LIMIT = 1 << 40
+
+
+def _tuner(cpu=4):
+    return autotune.Autotuner(True, cpu)
 
 
 def test_empty_probability_is_the_mm1k_formula():
@@ -36,19 +39,19 @@ def test_empty_probability_is_the_mm1k_formula():
 
 def test_a_slow_stage_gets_workers_up_to_the_cpu_budget():
     stage = _stage(work=0.010, consumer=0.002)  # one worker is 5x too slow
-    best = _tuner(cpu=4)._search([stage])
+    best = _tuner(cpu=4)._search([stage], _NO_LIMIT)
     assert best[id(stage)][0] == 4
 
 
 def test_a_stage_faster_than_its_consumer_keeps_one_worker():
     stage = _stage(work=0.001, consumer=0.020)
-    best = _tuner(cpu=8)._search([stage])
+    best = _tuner(cpu=8)._search([stage], _NO_LIMIT)
     assert best[id(stage)][0] == 1
 
 
 def test_workers_of_all_stages_share_the_cpu_budget():
     stages = [_stage(work=0.010), _stage(work=0.020)]
-    best = _tuner(cpu=3)._search(stages)
+    best = _tuner(cpu=3)._search(stages, _NO_LIMIT)
     assert sum(best[id(s)][0] for s in stages) == 3
     assert best[id(stages[1])][0] >= best[id(stages[0])][0]  # the slower one gets more
 
@@ -56,15 +59,15 @@ def test_workers_of_all_stages_share_the_cpu_budget():
 def test_buffers_never_exceed_the_ram_budget():
     stage = _stage(kind="prefetch", work=0.002, consumer=0.002, parallelism=1, buffer=1,
                    tune_parallelism=False, tune_buffer=True, bytes_per_element=_MB)
-    best = _tuner(ram=5 * _MB)._search([stage])
+    best = _tuner()._search([stage], 5 * _MB)
     assert best[id(stage)][1] == 4  # 8 would be 8 MB
-    unlimited = _tuner()._search([stage])
+    unlimited = _tuner()._search([stage], _NO_LIMIT)
     assert unlimited[id(stage)][1] > 4
 
 
 def test_fixed_knobs_are_left_alone():
     stage = _stage(work=0.010, parallelism=3, tune_parallelism=False)
-    assert _tuner(cpu=8)._search([stage])[id(stage)] == (3, 2)
+    assert _tuner(cpu=8)._search([stage], _NO_LIMIT)[id(stage)] == (3, 2)
 
 
 def _python_work(x):

@@ -1,0 +1,66 @@
+"""One memory budget per process: every pipeline's buffers count against it."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+import jdata
+from jdata.runtime import memory
+
+_MB = 1 << 20
+
+
+def _big(n: int):
+    # 1 MB elements, from a generator so nothing is read by index.
+    return jdata.from_generator(lambda: (np.full(_MB, i, np.uint8) for i in range(n)))
+
+
+def test_three_iterators_share_one_budget_and_the_initial_buffer_counts():
+    # Each asks for prefetch(AUTOTUNE), whose initial buffer alone (4 elements) is
+    # twice the budget. Before: every iterator had its own budget (3 x 100%), and
+    # the initial buffer was not counted at all: 12 MB held.
+    gc.collect()
+    options = jdata.Options(ram_budget=2 * _MB)
+    datasets = [_big(30).prefetch(jdata.AUTOTUNE).with_options(options) for _ in range(3)]
+    iterators = [ds.iterator() for ds in datasets]
+    most = 0
+    for _ in range(30):
+        for it in iterators:
+            assert next(it).nbytes == _MB
+            most = max(most, memory.held())
+    for it in iterators:
+        it.close()
+    # What the budget leaves, plus the one element any buffer may always hold
+    # (so that no pipeline ever stalls), and the one each consumer has taken.
+    assert most <= 2 * _MB + 3 * _MB + 3 * _MB
+
+
+def test_the_smallest_ram_budget_of_the_live_pipelines_is_the_process_budget():
+    gc.collect()
+    assert memory.limit() > 64 * _MB  # the default: half the available memory
+    small = jdata.range(3).with_options(jdata.Options(ram_budget=5 * _MB)).iterator()
+    large = jdata.range(3).with_options(jdata.Options(ram_budget=50 * _MB)).iterator()
+    assert memory.limit() == 5 * _MB
+    small.close()
+    del small
+    gc.collect()
+    assert memory.limit() == 50 * _MB
+    large.close()
+    del large
+    gc.collect()
+    assert memory.limit() > 64 * _MB
+
+
+def test_a_worker_pool_sizes_its_chunks_within_the_budget():
+    # A cheap UDF on 1 MB elements: by time alone, chunks would hold up to 256 elements.
+    options = jdata.Options(ram_budget=8 * _MB, engine="threads")
+    ds = _big(200).map(lambda x: x + 1, num_parallel_calls=2).with_options(options)
+    most = 0
+    with ds.iterator() as it:
+        for i, element in enumerate(it):
+            assert element[0] == (i + 1) % 256
+            most = max(most, memory.held())
+    # Two workers, two chunks each, within 8 MB: at most a few elements a chunk.
+    assert most <= 8 * _MB + 2 * _MB
