@@ -103,7 +103,7 @@ class _BufferShuffleIterator(Iterator):
         token = buffer[slot]
         buffer[slot] = buffer[-1]
         buffer.pop()
-        self._journal.log(slot)
+        self._journal.log(~slot)
         return self._tap.fetch(token)
 
     def _top_up(self) -> None:
@@ -117,7 +117,7 @@ class _BufferShuffleIterator(Iterator):
                 self._exhausted = True
                 break
             buffer.append(token)
-            journal.log((token,))
+            journal.log(_logged(token))
 
     def snapshot(self):
         return {"input": self._tap.snapshot(), "buffer": self._journal.capture(self._tap.encode),
@@ -135,13 +135,22 @@ class _BufferShuffleIterator(Iterator):
         self._tap.it.close()
 
 
+def _logged(token):
+    """How an appended token is journaled: as it is, without a container per element
+    for the garbage collector to track (drawn slots are logged as ``~slot < 0``), unless
+    it could be mistaken for a slot or a wrapped token: then in a 1-tuple."""
+    if type(token) is int:
+        return token if token >= 0 else (token,)
+    return (token,) if type(token) is tuple else token
+
+
 def _redo(buffer: list, op) -> None:
-    """Replays one journaled change: a token appended (a 1-tuple), or a slot drawn."""
-    if type(op) is tuple:
-        buffer.append(op[0])
-    else:
-        buffer[op] = buffer[-1]
+    """Replays one journaled change (see ``_logged``)."""
+    if type(op) is int and op < 0:
+        buffer[~op] = buffer[-1]
         buffer.pop()
+    else:
+        buffer.append(op[0] if type(op) is tuple else op)
 
 
 def _iterator(node: ShuffleNode, ctx, epoch: int):
