@@ -54,9 +54,14 @@ def from_tfrecord(paths, compression_type: str | None = None) -> Dataset:
 
     Each record's checksums are verified: a corrupt or truncated record raises
     ``jdata.DataError`` naming the file, the record and its byte offset
-    (``ignore_errors()`` skips it). The state is the file and byte offset, so a
-    restore seeks instead of reading again. ``compression_type``: ``None`` or
-    ``"GZIP"``.
+    (``ignore_errors()`` skips it). Damage that hides where the next record
+    starts (a corrupt length, a truncated file, damaged GZIP data) loses the
+    rest of the file: the error says how many bytes are skipped
+    (``DataError.unread_bytes``), reading goes on with the next file, and every
+    ``shard`` of the file raises it. A file that cannot be read at all
+    (deleted, no permission) raises its ``OSError``. The state is the file
+    and byte offset, so a restore seeks instead of reading again.
+    ``compression_type``: ``None`` or ``"GZIP"``.
     """
     op = "from_tfrecord"
     return Dataset(_records.TFRecordNode(_paths.expand(paths, op),

@@ -1,0 +1,170 @@
+"""Files read forward from an offset, plain or GZIP, for the record readers
+(``jdata.io.records``).
+
+A stream never reads past what the file holds: a length read from a
+corrupt (or crafted) header cannot make it allocate more than the file's
+size (plain files) or more than the data really there (GZIP, read in
+chunks). Damage to a compressed stream (a bit flip, a truncation) is a
+``Corrupt`` that loses the rest of the file; any other ``OSError`` is the
+environment's (a disk, a network) and propagates as it is.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+
+from jdata.io import _paths
+
+# GZIP data is read in chunks of this many bytes, so a huge length costs only
+# the bytes really there.
+_CHUNK_BYTES = 1 << 20
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around deflate data
+
+
+class Corrupt(Exception):
+    """Unreadable data; ``lost_file``: where the next record starts is lost with it."""
+
+    def __init__(self, reason: str, lost_file: bool):
+        super().__init__(reason)
+        self.lost_file = lost_file
+
+
+def open_stream(path: str, compression: str, offset: int):
+    """The file at ``path``, positioned at ``offset`` (of its uncompressed data)."""
+    raw = _paths.open_binary(path)
+    try:
+        size = raw.seek(0, io.SEEK_END)
+        raw.seek(0)
+        stream = GzipStream(raw, size) if compression == "GZIP" else PlainStream(raw, size)
+        if offset and not stream.skip(offset):
+            raise Corrupt(f"the file ends before byte {offset} of the saved position", True)
+    except BaseException:
+        raw.close()
+        raise
+    return stream
+
+
+class PlainStream:
+    """An uncompressed file; ``pos`` is the offset of the next byte to read."""
+
+    def __init__(self, raw, size: int):
+        self._raw, self._size = raw, size
+        self.readline = raw.readline  # as is: a line ends at the end of the file at the latest
+
+    @property
+    def pos(self) -> int:
+        return self._raw.tell()
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes: fewer at the end of the file."""
+        if n > _CHUNK_BYTES:  # a length read from the file: no more than what is left
+            n = min(n, self._size - self._raw.tell())
+        return self._raw.read(n)
+
+    def skip(self, n: int) -> bool:
+        """Moves ``n`` bytes on without reading them; False if the file ends first."""
+        return self._raw.seek(n, io.SEEK_CUR) <= self._size
+
+    def unread_bytes(self, offset: int) -> int:
+        """Bytes of the file from ``offset`` (where the damage starts) to its end."""
+        return max(0, self._size - offset)
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class GzipStream:
+    """A GZIP file (one member or several), decompressed as it is read; ``pos`` counts
+    uncompressed bytes.
+
+    Decoded with ``zlib`` here rather than ``gzip.GzipFile``, whose read-ahead
+    hides where decoding failed: this stream knows which compressed bytes
+    produced nothing (``unread_bytes``). Damage to the compressed data (a bit
+    flip, a truncation, a bad checksum) is a ``Corrupt`` losing the rest of
+    the file: deflate cannot resume past it.
+    """
+
+    def __init__(self, raw, size: int):
+        self._raw, self._size, self.pos = raw, size, 0
+        self._inflate = None  # between members (an empty file has none)
+        self._input = b""  # compressed bytes read from the file, not yet decompressed
+        self._input_at = 0  # the file offset of self._input[0]
+        self._out, self._at = b"", 0  # decompressed bytes; those from self._at on are unread
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes: fewer at the end of the data (which is what bounds ``n``)."""
+        if len(self._out) - self._at < n:
+            self._gather(lambda pieces, have: have >= n)
+        at = self._at
+        data = self._out[at:at + n]
+        self._at = at + len(data)
+        self.pos += len(data)
+        return data
+
+    def readline(self) -> bytes:
+        at = self._at
+        end = self._out.find(b"\n", at) + 1
+        if not end:
+            self._gather(lambda pieces, have: b"\n" in pieces[-1])
+            at = self._at
+            end = self._out.find(b"\n", at) + 1 or len(self._out)
+        line = self._out[at:end]
+        self._at = end
+        self.pos += end - at
+        return line
+
+    def skip(self, n: int) -> bool:
+        while len(self._out) - self._at < n:
+            n -= len(self._out) - self._at
+            self.pos += len(self._out) - self._at
+            chunk = self._decompress()
+            self._out, self._at = chunk or b"", 0
+            if chunk is None:
+                return False
+        self._at += n
+        self.pos += n
+        return True
+
+    def _gather(self, enough) -> None:
+        """Decompresses until ``enough(pieces, bytes buffered)`` or the end of the data."""
+        pieces = [self._out[self._at:]]
+        have = len(pieces[0])
+        while not enough(pieces, have):
+            chunk = self._decompress()
+            if chunk is None:
+                break
+            pieces.append(chunk)
+            have += len(chunk)
+        self._out, self._at = b"".join(pieces), 0
+
+    def unread_bytes(self, offset: int) -> int:
+        """Compressed bytes from which nothing was delivered (``offset``, uncompressed, is
+        not used): the file's rest from the block where decoding failed."""
+        return max(0, self._size - self._input_at)
+
+    def _decompress(self) -> bytes | None:
+        """Up to ``_CHUNK_BYTES`` more bytes of output; None at the end of the data."""
+        if self._inflate is None or self._inflate.eof:  # another member may follow
+            if self._inflate is not None:
+                self._input = self._inflate.unused_data + self._input
+            if not self._input and not self._read_input():
+                return None
+            self._inflate = zlib.decompressobj(_GZIP_WBITS)
+        if not self._input and not self._read_input():
+            raise Corrupt("the compressed data is truncated (the file ends inside it)", True)
+        try:
+            out = self._inflate.decompress(self._input, _CHUNK_BYTES)
+        except zlib.error as e:
+            raise Corrupt(f"the compressed data is corrupt ({e})", True) from e
+        tail = self._inflate.unconsumed_tail
+        self._input_at += len(self._input) - len(tail)
+        self._input = tail
+        return out
+
+    def _read_input(self) -> bool:
+        self._input = self._raw.read(_CHUNK_BYTES)
+        return bool(self._input)
+
+    def close(self) -> None:
+        self._raw.close()
