@@ -102,7 +102,7 @@ class ParallelIndexIterator(_Pooled):
                  cpu_budget: int | None = None, decision_key=None):
         job = IndexJob(make_reader)
         super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key)
-        self._len = len(job.reader())
+        self._len = len(make_reader())  # not job.reader(): this thread reads nothing
         self._low = 0  # every index below was emitted
         self._next_submit = 0
 
@@ -135,6 +135,7 @@ class ParallelIndexIterator(_Pooled):
 
     def close(self):
         self._pool.shutdown()
+        self._pool.job.release()
 
 
 class ParallelMapIterator(_Pooled):
