@@ -125,16 +125,20 @@ def load(path) -> Dataset:
     Reads the directory's ArrayRecord shards and rebuilds each element
     (dicts, tuples, lists, namedtuples of NumPy arrays and scalars, bytes
     and str); no pickle is involved, so loading never runs code. Fails at
-    once, naming the path, if there is no complete saved dataset there.
+    once, naming the path, if there is no complete saved dataset there, or
+    if the directory was changed after it was written (its metadata names a
+    shard outside it, or a record count its shard does not hold). A record
+    that does not decode raises ``jdata.DataError`` naming its shard and
+    index, and decoding never allocates more than the record's size.
     """
-    from jdata.io import saved
+    from jdata.io import load_op, saved
 
     path = _paths.as_path(path, "load")
     metadata = saved.read_metadata(path)
     if metadata is None:
         raise FileNotFoundError(f"load: no saved dataset at {path!r} (no "
                                 f"{saved.METADATA}; an interrupted save leaves none)")
-    return Dataset(saved.reader_node(path, metadata))
+    return Dataset(load_op.node(path, metadata))
 
 
 def list_files(pattern, key=None) -> Dataset:

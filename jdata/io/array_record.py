@@ -75,14 +75,14 @@ def _count(path: str) -> int:
         reader.close()  # raises (RuntimeError) for a damaged file that opened
 
 
-class _Reader:
+class RecordReader:
     """Record ``i`` of the concatenated files, through the source's shared set of open
     files (``jdata.io._open_files``): several threads may read at once."""
 
     prefers_blocks = True  # batched range reads: iterators read it a block at a time
 
     def __init__(self, node: ArrayRecordNode, ctx, epoch: int):
-        self._paths = node.paths
+        self._op, self._paths = node.op_name, node.paths
         self._starts = [0, *np.cumsum(node.lengths).tolist()]
         self._len = self._starts[-1]
         self._files = _open_files.shared(node, node.paths, open_reader)
@@ -93,14 +93,20 @@ class _Reader:
     def _file(self, index: int) -> int:
         return bisect.bisect_right(self._starts, index) - 1
 
-    def __getitem__(self, index: int) -> bytes:
+    def record(self, index: int) -> bytes:
         f = self._file(index)
-        record = index - self._starts[f]
         try:
-            return self._files.get(f).read([record])[0]
+            return self._files.get(f).read([index - self._starts[f]])[0]
         except Exception as e:
             _paths.raise_if_unreadable(self._paths[f], e)
-            raise DataError(_OP, index, self._paths[f], record, e) from e
+            raise self.error(index, e) from e
+
+    __getitem__ = record
+
+    def error(self, index: int, cause: BaseException) -> DataError:
+        """The error of the record at ``index``, naming its file and its index there."""
+        f = self._file(index)
+        return DataError(self._op, index, self._paths[f], index - self._starts[f], cause)
 
     def read_block(self, lo: int, hi: int):
         """Batched range reads, one per file the block spans; record by record where one
@@ -116,11 +122,11 @@ class _Reader:
             except Exception:
                 for index in range(lo, end):
                     try:
-                        out.append(self[index])
+                        out.append(self.record(index))
                     except (DataError, OSError) as e:
                         return out, e
             lo = end
         return out, None
 
 
-_planner.register(ArrayRecordNode, reader=_Reader)
+_planner.register(ArrayRecordNode, reader=RecordReader)

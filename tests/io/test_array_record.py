@@ -13,8 +13,8 @@ from array_record.python import array_record_data_source
 from array_record.python.array_record_module import ArrayRecordWriter
 
 import jdata
-from tests.helpers import (check_restore_at_every_step, open_files_under, read_through_data_errors,
-                           take_list)
+from tests.helpers import (
+    check_restore_at_every_step, open_files_under, read_through_data_errors, take_list)
 
 
 def _write(path: str, records, options: str = "group_size:1") -> str:

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import jdata
-from tests.helpers import (assert_same_sequence, check_restore_at_every_step, open_files_under,
-                           take_list)
+from tests.helpers import (
+    assert_same_sequence, check_restore_at_every_step, open_files_under, take_list)
 
 
 def _table(n: int, start: int = 0) -> pa.Table:
