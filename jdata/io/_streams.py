@@ -145,22 +145,36 @@ class GzipStream:
 
     def _decompress(self) -> bytes | None:
         """Up to ``_CHUNK_BYTES`` more bytes of output; None at the end of the data."""
-        if self._inflate is None or self._inflate.eof:  # another member may follow
-            if self._inflate is not None:
-                self._input = self._inflate.unused_data + self._input
-            if not self._input and not self._read_input():
-                return None
-            self._inflate = zlib.decompressobj(_GZIP_WBITS)
+        if (self._inflate is None or self._inflate.eof) and not self._next_member():
+            return None
         if not self._input and not self._read_input():
             raise Corrupt("the compressed data is truncated (the file ends inside it)", True)
         try:
             out = self._inflate.decompress(self._input, _CHUNK_BYTES)
         except zlib.error as e:
             raise Corrupt(f"the compressed data is corrupt ({e})", True) from e
-        tail = self._inflate.unconsumed_tail
+        # At a member's end its remaining input is in unused_data (unconsumed_tail may
+        # still hold a stale copy of it).
+        tail = b"" if self._inflate.eof else self._inflate.unconsumed_tail
         self._input_at += len(self._input) - len(tail)
         self._input = tail
         return out
+
+    def _next_member(self) -> bool:
+        """Starts decoding the next member; False if none follows (zero bytes after the
+        last are padding, as ``gzip`` reads them)."""
+        if self._inflate is not None:  # the bytes after its end belong to the next member
+            rest = self._inflate.unused_data
+            self._input, self._input_at = rest + self._input, self._input_at - len(rest)
+        while True:
+            data = self._input.lstrip(b"\0")
+            self._input_at += len(self._input) - len(data)
+            self._input = data
+            if data:
+                self._inflate = zlib.decompressobj(_GZIP_WBITS)
+                return True
+            if not self._read_input():
+                return False
 
     def _read_input(self) -> bool:
         self._input = self._raw.read(_CHUNK_BYTES)

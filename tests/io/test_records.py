@@ -5,8 +5,10 @@ import os
 import struct
 
 import fsspec
+import hypothesis
 import jax
 import pytest
+from hypothesis import strategies as st
 
 import jdata
 from jdata.io import records
@@ -303,3 +305,36 @@ def test_a_data_error_that_loses_the_rest_of_a_file_pickles_whole(tmp_path):
     assert (copy.path, copy.record, copy.position, copy.unread_bytes) == (
         path, 6, 6, os.path.getsize(path) - 26 * 6)
     assert str(copy) == str(raised.value) and isinstance(copy.__cause__, ValueError)
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+# A member ending inside a block of input, after a call stopped by the output limit.
+@hypothesis.example(members=[b"hello world" * 100, b"x"], padding=0, chunk=100, steps=[])
+@hypothesis.given(
+    members=st.lists(st.binary(max_size=300).map(lambda b: b * 7 + b"\n" + b[:5]), max_size=3),
+    padding=st.sampled_from([0, 4]), chunk=st.sampled_from([1, 7, 100, 1 << 20]),
+    steps=st.lists(st.tuples(st.sampled_from(["read", "readline", "skip"]),
+                             st.integers(0, 900)), max_size=30))
+def test_gzip_streams_give_the_data_of_every_member(members, padding, chunk, steps):
+    import io
+
+    from jdata.io import _streams
+
+    data = b"".join(members)
+    blob = b"".join(gzip.compress(m) for m in members) + b"\0" * padding  # gzip's padding
+    real_chunk, _streams._CHUNK_BYTES = _streams._CHUNK_BYTES, chunk
+    try:
+        stream, at = _streams.GzipStream(io.BytesIO(blob), len(blob)), 0
+        for kind, n in steps:
+            if kind == "skip":
+                assert stream.skip(n) == (at + n <= len(data))
+                at = min(at + n, len(data))
+                continue
+            got = stream.read(n) if kind == "read" else stream.readline()
+            end = min(at + n, len(data)) if kind == "read" else (
+                data.find(b"\n", at) + 1 or len(data))
+            assert got == data[at:end] and stream.pos == end
+            at = end
+        assert stream.read(len(data) + 1) == data[at:]  # up to the end, and no further
+    finally:
+        _streams._CHUNK_BYTES = real_chunk
