@@ -3,7 +3,10 @@
 
 Paths may be local paths, glob patterns or fsspec URLs (``gs://``, ``s3://``,
 ``memory://``...; the filesystem's package must be installed). Missing files
-fail when the dataset is built, naming the path.
+fail when the dataset is built, naming the path. A file that cannot be read
+later (deleted, no permission, too many open files) raises its ``OSError``;
+``jdata.DataError`` (which ``ignore_errors()`` skips) is only for records
+that are corrupt.
 
 >>> import os, tempfile, jdata
 >>> path = os.path.join(tempfile.mkdtemp(), "lines.txt")
@@ -32,7 +35,9 @@ def from_array_record(paths) -> Dataset:
     Files written by the ``array-record`` package or grain work. Being random
     access, the dataset supports full shuffles, index-only state, ``shard``
     by record ranges and parallel subtrees; blocks of records are read with
-    the reader's batched range reads.
+    the reader's batched range reads. At most 128 files are open at once
+    (fewer under a low descriptor limit), the least recently used closed
+    first, shared by the pipeline's threads; closing the iterator closes them.
 
     Args:
       paths: a path, a glob pattern, or a list of them (their files concatenated).
