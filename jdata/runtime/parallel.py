@@ -102,7 +102,9 @@ class ParallelIndexIterator(_Pooled):
                  cpu_budget: int | None = None, decision_key=None):
         job = IndexJob(make_reader)
         super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key)
-        self._len = len(make_reader())  # not job.reader(): this thread reads nothing
+        # A reader of its own, dropped at once: kept in the job's slot for this thread
+        # (which reads nothing) it would hold the source's files open after close().
+        self._len = len(make_reader())
         self._low = 0  # every index below was emitted
         self._next_submit = 0
 
