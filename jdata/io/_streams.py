@@ -46,19 +46,25 @@ def open_stream(path: str, compression: str, offset: int):
 
 
 class PlainStream:
-    """An uncompressed file; ``pos`` is the offset of the next byte to read."""
+    """An uncompressed file; ``pos`` is the offset of the next byte to read.
+
+    ``read(n)`` is for sizes the format fixes (a header), ``read_declared(n)``
+    for sizes the file declares, which may be anything.
+    """
 
     def __init__(self, raw, size: int):
         self._raw, self._size = raw, size
-        self.readline = raw.readline  # as is: a line ends at the end of the file at the latest
+        # As they are (a call per record less): a line ends at the end of the file at the
+        # latest, and a fixed size is small.
+        self.readline, self.read = raw.readline, raw.read
 
     @property
     def pos(self) -> int:
         return self._raw.tell()
 
-    def read(self, n: int) -> bytes:
-        """Up to ``n`` bytes: fewer at the end of the file."""
-        if n > _CHUNK_BYTES:  # a length read from the file: no more than what is left
+    def read_declared(self, n: int) -> bytes:
+        """Up to ``n`` bytes, ``n`` read from the file: no more than the file has left."""
+        if n > _CHUNK_BYTES:
             n = min(n, self._size - self._raw.tell())
         return self._raw.read(n)
 
@@ -86,11 +92,16 @@ class GzipStream:
     """
 
     def __init__(self, raw, size: int):
-        self._raw, self._size, self.pos = raw, size, 0
+        self._raw, self._size = raw, size
         self._inflate = None  # between members (an empty file has none)
         self._input = b""  # compressed bytes read from the file, not yet decompressed
         self._input_at = 0  # the file offset of self._input[0]
         self._out, self._at = b"", 0  # decompressed bytes; those from self._at on are unread
+        self._out_pos = 0  # the uncompressed offset of self._out[0]
+
+    @property
+    def pos(self) -> int:
+        return self._out_pos + self._at
 
     def read(self, n: int) -> bytes:
         """Up to ``n`` bytes: fewer at the end of the data (which is what bounds ``n``)."""
@@ -99,8 +110,9 @@ class GzipStream:
         at = self._at
         data = self._out[at:at + n]
         self._at = at + len(data)
-        self.pos += len(data)
         return data
+
+    read_declared = read  # decompressed a chunk at a time: bounded by the data there
 
     def readline(self) -> bytes:
         at = self._at
@@ -111,19 +123,17 @@ class GzipStream:
             end = self._out.find(b"\n", at) + 1 or len(self._out)
         line = self._out[at:end]
         self._at = end
-        self.pos += end - at
         return line
 
     def skip(self, n: int) -> bool:
         while len(self._out) - self._at < n:
             n -= len(self._out) - self._at
-            self.pos += len(self._out) - self._at
+            self._out_pos += len(self._out)
             chunk = self._decompress()
             self._out, self._at = chunk or b"", 0
             if chunk is None:
                 return False
         self._at += n
-        self.pos += n
         return True
 
     def _gather(self, enough) -> None:
@@ -136,6 +146,7 @@ class GzipStream:
                 break
             pieces.append(chunk)
             have += len(chunk)
+        self._out_pos += self._at
         self._out, self._at = b"".join(pieces), 0
 
     def unread_bytes(self, offset: int) -> int:

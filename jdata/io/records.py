@@ -187,12 +187,11 @@ class _TFRecordIterator(_FileRecordsIterator):
         length = self._length(stream)
         if length is None:
             return None, None
-        # At most what the file holds, whatever the length says; data and footer in one read.
-        body = stream.read(length + _FOOTER.size)
-        if len(body) < length + _FOOTER.size:
+        data = stream.read_declared(length)  # at most what the file holds, whatever it says
+        footer = stream.read(_FOOTER.size)
+        if len(data) < length or len(footer) < _FOOTER.size:
             raise _truncated(length)
-        data = body[:length]
-        if masked_crc(data, self._crc) != _FOOTER.unpack_from(body, length)[0]:
+        if masked_crc(data, self._crc) != _FOOTER.unpack(footer)[0]:
             raise Corrupt("the record's data fails its checksum (corrupt)", False)
         return data, _HEADER.size + length + _FOOTER.size
 
