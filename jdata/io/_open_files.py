@@ -11,13 +11,15 @@ thread, and sharing keeps the bound per source rather than per thread.
 Files are closed by dropping their handles, not by ``close()``: the native
 readers (ArrayRecord's, pyarrow's) close their file when the last reference
 goes. That reference may be a thread still reading a file that another
-thread has just evicted, so no lock is needed on the read path (one would
-cost a shuffle 12%), and the set, with every file in it, goes when the last
-reader of the source does (``IndexIterator.close()`` lets go of its reader).
+thread has just evicted, so reads of open files take no lock (a lock around
+each read cost a full shuffle 12%), and the set, with every file in it, goes
+when the last reader of the source does (``IndexIterator.close()`` lets go
+of its reader).
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 from typing import Any, Callable
@@ -43,33 +45,36 @@ class OpenFiles:
     """``paths[i]`` by index ``i``, opened by ``open_file(path)`` on first use and kept
     while among the ``capacity()`` most recently used.
 
-    Every step is one dict operation, which the GIL makes atomic: threads share
-    the set without a lock. Two threads missing the same file both open it;
-    one handle is kept, the other closes after its read.
+    Threads share the set: a hit is two ``OrderedDict`` operations, which the
+    GIL makes atomic; misses (opening, evicting) take turns, so two threads
+    missing one file open it once.
     """
 
     def __init__(self, paths: tuple, open_file: Callable[[str], Any]):
         self._paths, self._open = paths, open_file
         self._capacity = capacity()
-        self._handles: dict[int, Any] = {}  # least recently used first
+        self._handles: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._opening = threading.Lock()
 
     def get(self, index: int):
         """File ``index``'s handle; the caller's reference keeps it open while it reads."""
-        handles = self._handles
-        handle = handles.pop(index, None)
+        handle = self._handles.get(index)
         if handle is None:
-            handle = self._open(self._paths[index])
-            self._evict()
-        handles[index] = handle  # now the most recently used
+            return self._open_once(index)
+        try:
+            self._handles.move_to_end(index)  # now the most recently used
+        except KeyError:  # evicted meanwhile by another thread: this read still holds it
+            pass
         return handle
 
-    def _evict(self) -> None:
-        handles = self._handles
-        while len(handles) >= self._capacity:
-            try:
-                del handles[next(iter(handles))]
-            except (StopIteration, KeyError, RuntimeError):  # another thread changed it
-                continue
+    def _open_once(self, index: int):
+        with self._opening:
+            handle = self._handles.get(index)  # opened by another thread meanwhile?
+            if handle is None:
+                while len(self._handles) >= self._capacity:
+                    self._handles.popitem(last=False)  # closed once its last reader is done
+                handle = self._handles[index] = self._open(self._paths[index])
+            return handle
 
 
 _SHARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
