@@ -90,6 +90,51 @@ def parquet_projection(scale: float, repeats: int, batch_size: int | None = None
             _best_rate(lambda: rows(None), repeats))
 
 
+_SHARDS = 64
+
+
+def prepare_shards(scale: float) -> list[str]:
+    """The ArrayRecord file's records (sizes 0.2-2 KB) written as 64 shards."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    directory = tempfile.mkdtemp(prefix="jdata-bench-")
+    atexit.register(shutil.rmtree, directory, True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for f in range(_SHARDS):
+        paths.append(os.path.join(directory, f"shard-{f:02d}.array_record"))
+        writer = ArrayRecordWriter(paths[-1], "group_size:1")
+        for size in rng.integers(200, 2049, size=int(N * scale) // _SHARDS):
+            writer.write(rng.bytes(int(size)))
+        writer.close()
+    return paths
+
+
+def shuffled_shard_pipelines(paths: list[str]) -> dict:
+    """A full shuffle of the shards' records: jdata's ``shuffle(key)`` (at most 128 files
+    open per source, shared by its threads) and grain's source indexed in an order drawn
+    from a seed (every shard open, as grain keeps them)."""
+    import grain
+    import jax
+
+    import jdata
+
+    def grain_shuffled():
+        source = grain.sources.ArrayRecordDataSource(paths)
+        order = np.random.default_rng(0).permutation(len(source))
+        return (source[int(i)] for i in order)
+
+    return {"jdata": lambda: jdata.from_array_record(paths).shuffle(jax.random.key(0)),
+            "grain": grain_shuffled}
+
+
+def shuffled_shard_rates(scale: float, repeats: int) -> dict[str, float]:
+    """Records/s of each of ``shuffled_shard_pipelines`` over 64 shards."""
+    pipelines = shuffled_shard_pipelines(prepare_shards(scale))
+    return {name: _best_rate(lambda make=make: sum(1 for _ in make()), repeats)
+            for name, make in pipelines.items()}
+
+
 def _best_rate(count, repeats: int) -> float:
     """The best of ``repeats`` runs of ``count()`` (which returns what it read), per second."""
     best = 0.0

@@ -28,13 +28,30 @@ class DataError(UDFError):
     source and ``position`` the element's position in the source's stream;
     the reason is chained as ``__cause__``. ``ignore_errors()`` skips such
     records (and counts them), as it skips elements whose UDF raised.
+
+    ``unread_bytes`` is ``None`` when only this record is lost. Otherwise the
+    damage also hides the rest of the file (where the next record starts is
+    lost, or the file ends inside the record): the iterator goes on with the
+    next file, and ``unread_bytes`` is how many bytes of the file (as stored)
+    are skipped unread from the damage on (0 when the file ends there). The
+    records in them are lost with it, whichever shard they belong to.
+
+    Files that cannot be opened or read at all (missing, no permission, too
+    many open files) raise ``OSError``, not ``DataError``: the data is not at
+    fault, and ``ignore_errors()`` must not quietly yield nothing.
     """
 
-    def __init__(self, op: str, position: int, path: str, record: int, cause: BaseException):
-        self.path, self.record = path, record
-        Exception.__init__(self, f"{op}: cannot read record {record} of {path}: {cause}")
+    def __init__(self, op: str, position: int, path: str, record: int, cause: BaseException,
+                 unread_bytes: int | None = None):
+        self.path, self.record, self.unread_bytes = path, record, unread_bytes
+        message = f"{op}: cannot read record {record} of {path}: {cause}"
+        if unread_bytes is not None:
+            message += (f"; the rest of the file cannot be read either ({unread_bytes} bytes "
+                        "skipped unread): its records are lost")
+        Exception.__init__(self, message)
         self.op, self.position = op, position
         self.__cause__ = cause
 
     def __reduce__(self):
-        return DataError, (self.op, self.position, self.path, self.record, self.__cause__)
+        return DataError, (self.op, self.position, self.path, self.record, self.__cause__,
+                           self.unread_bytes)

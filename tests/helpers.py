@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import numpy as np
@@ -224,3 +225,15 @@ def read_through_data_errors(ds: jdata.Dataset) -> tuple[list, list]:
         except jdata.DataError as e:
             assert e.path in str(e)
             errors.append((e.path, e.record))
+
+
+def open_files_under(directory) -> int:
+    """How many descriptors of this process are open on files under ``directory``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+        count += target.startswith(str(directory))
+    return count

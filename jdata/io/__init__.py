@@ -3,7 +3,10 @@
 
 Paths may be local paths, glob patterns or fsspec URLs (``gs://``, ``s3://``,
 ``memory://``...; the filesystem's package must be installed). Missing files
-fail when the dataset is built, naming the path.
+fail when the dataset is built, naming the path. A file that cannot be read
+later (deleted, no permission, too many open files) raises its ``OSError``;
+``jdata.DataError`` (which ``ignore_errors()`` skips) is only for records
+that are corrupt.
 
 >>> import os, tempfile, jdata
 >>> path = os.path.join(tempfile.mkdtemp(), "lines.txt")
@@ -32,7 +35,9 @@ def from_array_record(paths) -> Dataset:
     Files written by the ``array-record`` package or grain work. Being random
     access, the dataset supports full shuffles, index-only state, ``shard``
     by record ranges and parallel subtrees; blocks of records are read with
-    the reader's batched range reads.
+    the reader's batched range reads. At most 128 files are open at once
+    (fewer under a low descriptor limit), the least recently used closed
+    first, shared by the pipeline's threads; closing the iterator closes them.
 
     Args:
       paths: a path, a glob pattern, or a list of them (their files concatenated).
@@ -54,9 +59,14 @@ def from_tfrecord(paths, compression_type: str | None = None) -> Dataset:
 
     Each record's checksums are verified: a corrupt or truncated record raises
     ``jdata.DataError`` naming the file, the record and its byte offset
-    (``ignore_errors()`` skips it). The state is the file and byte offset, so a
-    restore seeks instead of reading again. ``compression_type``: ``None`` or
-    ``"GZIP"``.
+    (``ignore_errors()`` skips it). Damage that hides where the next record
+    starts (a corrupt length, a truncated file, damaged GZIP data) loses the
+    rest of the file: the error says how many bytes are skipped
+    (``DataError.unread_bytes``), reading goes on with the next file, and every
+    ``shard`` of the file raises it. A file that cannot be read at all
+    (deleted, no permission) raises its ``OSError``. The state is the file
+    and byte offset, so a restore seeks instead of reading again.
+    ``compression_type``: ``None`` or ``"GZIP"``.
     """
     op = "from_tfrecord"
     return Dataset(_records.TFRecordNode(_paths.expand(paths, op),
@@ -120,16 +130,20 @@ def load(path) -> Dataset:
     Reads the directory's ArrayRecord shards and rebuilds each element
     (dicts, tuples, lists, namedtuples of NumPy arrays and scalars, bytes
     and str); no pickle is involved, so loading never runs code. Fails at
-    once, naming the path, if there is no complete saved dataset there.
+    once, naming the path, if there is no complete saved dataset there, or
+    if the directory was changed after it was written (its metadata names a
+    shard outside it, or a record count its shard does not hold). A record
+    that does not decode raises ``jdata.DataError`` naming its shard and
+    index, and decoding never allocates more than the record's size.
     """
-    from jdata.io import saved
+    from jdata.io import load_op, saved
 
     path = _paths.as_path(path, "load")
     metadata = saved.read_metadata(path)
     if metadata is None:
         raise FileNotFoundError(f"load: no saved dataset at {path!r} (no "
                                 f"{saved.METADATA}; an interrupted save leaves none)")
-    return Dataset(saved.reader_node(path, metadata))
+    return Dataset(load_op.node(path, metadata))
 
 
 def list_files(pattern, key=None) -> Dataset:

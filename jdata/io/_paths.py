@@ -96,3 +96,14 @@ def local_path(path: str) -> str:
     if not is_url(path):
         return strip_file_scheme(path)
     return _fsspec().open_local(f"simplecache::{path}")
+
+
+def raise_if_unreadable(path: str, error: BaseException) -> None:
+    """Raises the ``OSError`` that opening ``path`` gives (missing, no permission, too many
+    open files), chained to ``error``, when there is one: the environment failed, not the
+    data. Returns if the file opens and reads, so ``error`` is the data's."""
+    try:
+        with open_binary(path) as f:
+            f.read(1)
+    except OSError as e:
+        raise e from error

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import threading
 from typing import ClassVar
 
 import numpy as np
@@ -14,7 +13,7 @@ from jdata import _planner
 from jdata._errors import DataError
 from jdata._plan import Node
 from jdata._spec import STRING, TensorSpec
-from jdata.io import _paths
+from jdata.io import _open_files, _paths
 
 _OP = "from_array_record"
 # Random access: no read-ahead past the records asked for (as grain reads them).
@@ -59,28 +58,34 @@ def record_counts(paths: tuple, op: str = _OP) -> tuple:
     counts = []
     for path in paths:
         try:
-            reader = open_reader(path)
-            counts.append(int(reader.num_records()))
-            reader.close()
+            counts.append(_count(path))
         except ImportError:
             raise
         except Exception as e:
+            _paths.raise_if_unreadable(path, e)
             raise ValueError(f"{op}: {path} is not a readable ArrayRecord file ({e})") from e
     return tuple(counts)
 
 
-class _Reader:
-    """Record ``i`` of the concatenated files; one ArrayRecord reader per file, opened on
-    first use (by one thread: several read at once in parallel pipelines)."""
+def _count(path: str) -> int:
+    reader = open_reader(path)
+    try:
+        return int(reader.num_records())
+    finally:
+        reader.close()  # raises (RuntimeError) for a damaged file that opened
+
+
+class RecordReader:
+    """Record ``i`` of the concatenated files, through the source's shared set of open
+    files (``jdata.io._open_files``): several threads may read at once."""
 
     prefers_blocks = True  # batched range reads: iterators read it a block at a time
 
     def __init__(self, node: ArrayRecordNode, ctx, epoch: int):
-        self._paths = node.paths
+        self._op, self._paths = node.op_name, node.paths
         self._starts = [0, *np.cumsum(node.lengths).tolist()]
         self._len = self._starts[-1]
-        self._readers: list = [None] * len(node.paths)
-        self._lock = threading.Lock()
+        self._files = _open_files.shared(node, node.paths, open_reader)
 
     def __len__(self) -> int:
         return self._len
@@ -88,41 +93,40 @@ class _Reader:
     def _file(self, index: int) -> int:
         return bisect.bisect_right(self._starts, index) - 1
 
-    def _reader(self, f: int):
-        reader = self._readers[f]
-        if reader is None:
-            with self._lock:
-                reader = self._readers[f]
-                if reader is None:
-                    reader = self._readers[f] = open_reader(self._paths[f])
-        return reader
-
-    def __getitem__(self, index: int) -> bytes:
+    def record(self, index: int) -> bytes:
         f = self._file(index)
-        record = index - self._starts[f]
         try:
-            return self._reader(f).read([record])[0]
+            return self._files.get(f).read([index - self._starts[f]])[0]
         except Exception as e:
-            raise DataError(_OP, index, self._paths[f], record, e) from e
+            _paths.raise_if_unreadable(self._paths[f], e)
+            raise self.error(index, e) from e
+
+    __getitem__ = record
+
+    def error(self, index: int, cause: BaseException) -> DataError:
+        """The error of the record at ``index``, naming its file and its index there."""
+        f = self._file(index)
+        return DataError(self._op, index, self._paths[f], index - self._starts[f], cause)
 
     def read_block(self, lo: int, hi: int):
         """Batched range reads, one per file the block spans; record by record where one
-        fails, to name the bad record and keep the good ones before it."""
+        fails, to name the bad record and keep the good ones before it. A file that
+        cannot be opened at all ends the block with its ``OSError``."""
         out: list = []
         while lo < hi:
             f = self._file(lo)
             start = self._starts[f]
             end = min(hi, self._starts[f + 1])
             try:
-                out.extend(self._reader(f).read(lo - start, end - start))
+                out.extend(self._files.get(f).read(lo - start, end - start))
             except Exception:
                 for index in range(lo, end):
                     try:
-                        out.append(self[index])
-                    except DataError as e:
+                        out.append(self.record(index))
+                    except (DataError, OSError) as e:
                         return out, e
             lo = end
         return out, None
 
 
-_planner.register(ArrayRecordNode, reader=_Reader)
+_planner.register(ArrayRecordNode, reader=RecordReader)

@@ -11,6 +11,8 @@ described once, as JSON, in the directory's metadata.
 from __future__ import annotations
 
 import collections
+import keyword
+import math
 import struct
 import sys
 
@@ -47,6 +49,41 @@ def _leaves(element, out: list) -> list:
     else:
         out.append(element)
     return out
+
+
+def leaf_count(structure) -> int:
+    """How many leaves an element of ``structure`` has; ``ValueError`` if ``structure`` is
+    not one that ``describe`` gives (a metadata file written by hand, or damaged)."""
+    if structure is None:
+        return 1
+    if isinstance(structure, dict) and len(structure) == 1:
+        (kind, body), = structure.items()
+        subs = _substructures(kind, body)
+        if subs is not None:
+            return sum(map(leaf_count, subs))
+    raise ValueError(f"{str(structure)[:80]} is not an element structure")
+
+
+def _substructures(kind: str, body) -> list | None:
+    """The structures inside one of kind ``kind``, or None if ``body`` is malformed."""
+    if not isinstance(body, list):
+        return None
+    if kind in ("tuple", "list"):
+        return body
+    if kind == "dict" and all(isinstance(item, list) and len(item) == 2
+                              and isinstance(item[0], str) for item in body):
+        return [sub for _, sub in body]
+    if kind == "namedtuple" and len(body) == 3:
+        name, fields, subs = body
+        if (isinstance(name, str) and isinstance(fields, list) and isinstance(subs, list)
+                and len(fields) == len(subs) and all(_is_field(f) for f in fields)):
+            return subs
+    return None
+
+
+def _is_field(name) -> bool:
+    return (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+            and not name.startswith("_"))
 
 
 class Rebuilder:
@@ -88,7 +125,8 @@ def _namedtuple(name: str, fields: list):
     if isinstance(cls, type) and issubclass(cls, tuple) and list(
             getattr(cls, "_fields", ())) == list(fields):
         return cls
-    return collections.namedtuple(qualname.rsplit(".", 1)[-1] or "Element", fields)
+    typename = qualname.rsplit(".", 1)[-1]
+    return collections.namedtuple(typename if _is_field(typename) else "Element", fields)
 
 
 def encode(element) -> bytes:
@@ -129,9 +167,17 @@ def _encode_leaf(leaf, parts: list) -> None:
                         "NumPy arrays and scalars, bytes and str")
 
 
-def decode_leaves(data: bytes) -> list:
+def decode_leaves(data: bytes, expected: int | None = None) -> list:
+    """The leaves of a record; ``expected``: how many its structure has.
+
+    A record is untrusted: nothing it says (a count, a shape, a length) makes
+    this allocate more than the record's own size, and a record that does not
+    hold exactly its leaves is a ``ValueError``.
+    """
     view = memoryview(data)
     (count,), offset = _COUNT.unpack_from(view, 0), _COUNT.size
+    if expected is not None and count != expected:
+        raise ValueError(f"the record holds {count} leaves; its structure has {expected}")
     leaves = []
     for _ in range(count):
         leaf, offset = _decode_leaf(view, offset)
@@ -146,45 +192,61 @@ def _decode_leaf(view: memoryview, offset: int):
     offset += 1
     if tag in (b"b", b"u"):
         (n,) = _LEN.unpack_from(view, offset)
-        offset += _LEN.size
-        data = bytes(view[offset:offset + n])
-        if len(data) != n:
-            raise ValueError("the record is truncated")
-        return (data if tag == b"b" else data.decode()), offset + n
+        data = _take(view, offset + _LEN.size, n)
+        return (data if tag == b"b" else data.decode()), offset + _LEN.size + n
     if tag in (b"a", b"s"):
         n = view[offset]
         dtype = np.dtype(bytes(view[offset + 1:offset + 1 + n]).decode())
-        offset += 1 + n
-        ndim = view[offset]
-        shape = struct.unpack_from(f"<{ndim}Q", view, offset + 1)
-        offset += 1 + 8 * ndim
+        shape, offset = _shape(view, offset + 1 + n)
         (size,) = _LEN.unpack_from(view, offset)
         offset += _LEN.size
-        if dtype.hasobject or size != int(np.prod(shape)) * dtype.itemsize:
+        if dtype.hasobject or size != math.prod(shape) * dtype.itemsize:
             raise ValueError(f"an array of {dtype} {shape} cannot hold {size} bytes")
+        _check_holds(view, offset, size)
         array = np.frombuffer(view[offset:offset + size], dtype).reshape(shape).copy()
         return (array[()] if tag == b"s" else array), offset + size
     if tag == b"o":
-        ndim = view[offset]
-        shape = struct.unpack_from(f"<{ndim}Q", view, offset + 1)
-        offset += 1 + 8 * ndim
-        items = np.empty(int(np.prod(shape)), dtype=object)
-        for i in range(items.size):
+        shape, offset = _shape(view, offset)
+        count = math.prod(shape)
+        # Each item takes at least a tag and a length: a shape cannot outgrow the record.
+        if count * (1 + _LEN.size) > len(view) - offset:
+            raise ValueError(f"an object array of shape {shape} cannot fit in the "
+                             f"{len(view) - offset} bytes left of the record")
+        items = np.empty(count, dtype=object)
+        for i in range(count):
             items[i], offset = _decode_leaf(view, offset)
         return items.reshape(shape), offset
     raise ValueError(f"unknown leaf tag {tag!r}")
 
 
+def _shape(view: memoryview, offset: int) -> tuple[tuple, int]:
+    ndim = view[offset]
+    return struct.unpack_from(f"<{ndim}Q", view, offset + 1), offset + 1 + 8 * ndim
+
+
+def _check_holds(view: memoryview, offset: int, n: int) -> None:
+    if offset + n > len(view):
+        raise ValueError(f"the record is truncated: it has no {n} bytes at byte {offset} "
+                         f"(it has {len(view)})")
+
+
+def _take(view: memoryview, offset: int, n: int) -> bytes:
+    """``n`` bytes of the record from ``offset``, as a new ``bytes``."""
+    _check_holds(view, offset, n)
+    return bytes(view[offset:offset + n])
+
+
 class Decoder:
-    """Record bytes -> element, for ``load``'s map (picklable: the structure is data)."""
+    """Record bytes -> element, for ``load`` (picklable: the structure is data)."""
 
     def __init__(self, structure):
         self.structure = structure
+        self._leaves = leaf_count(structure)
         self._rebuild = Rebuilder(structure)
         self.__qualname__ = "decode"
 
     def __call__(self, data: bytes):
-        return self._rebuild(decode_leaves(data))
+        return self._rebuild(decode_leaves(data, self._leaves))
 
     def __reduce__(self):
         return Decoder, (self.structure,)

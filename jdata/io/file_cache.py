@@ -18,7 +18,7 @@ from typing import ClassVar
 from jdata import _fingerprint, _planner
 from jdata._constants import INFINITE
 from jdata._plan import Node
-from jdata.io import saved
+from jdata.io import load_op, saved
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
@@ -70,7 +70,7 @@ class _FileCacheIterator(Iterator):
         metadata = self._complete_metadata()
         if metadata is not None:
             self._from_cache = True
-            self._inner = _planner.make_iterator(saved.reader_node(node.directory, metadata),
+            self._inner = _planner.make_iterator(load_op.node(node.directory, metadata),
                                                  ctx, 0)
         else:
             self._from_cache = False
@@ -128,7 +128,7 @@ class _FileCacheIterator(Iterator):
                     raise ValueError(f"cache: the state reads {self._node.directory}, which "
                                      "is gone")
                 self._inner = _planner.make_iterator(
-                    saved.reader_node(self._node.directory, metadata), self._ctx, 0)
+                    load_op.node(self._node.directory, metadata), self._ctx, 0)
             else:
                 self._inner = _planner.make_iterator(self._node.input, self._ctx, self._epoch)
             self._from_cache = from_cache

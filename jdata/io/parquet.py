@@ -12,7 +12,7 @@ import numpy as np
 from jdata import _planner
 from jdata._errors import DataError
 from jdata._plan import Node
-from jdata.io import _paths
+from jdata.io import _open_files, _paths
 from jdata.runtime import probe
 
 _OP = "from_parquet"
@@ -51,10 +51,13 @@ def row_groups(paths: tuple, columns, only: tuple | None, batched: bool = False)
     groups, ragged = [], []
     for f, path in enumerate(paths):
         try:
-            metadata = open_file(path).metadata
+            parquet = open_file(path)
+            metadata = parquet.metadata
+            parquet.close(force=True)  # the file object under it too, for a URL's
         except ImportError:
             raise
         except Exception as e:
+            _paths.raise_if_unreadable(path, e)
             raise ValueError(f"{_OP}: {path} is not a readable Parquet file ({e})") from e
         schema = metadata.schema.to_arrow_schema()
         names = schema.names
@@ -110,14 +113,15 @@ class ParquetNode(Node):
 
 
 class _Reader:
-    """Rows by index; the row group last read is kept as NumPy columns."""
+    """Rows by index; the row group last read is kept as NumPy columns. Files are open
+    in the source's shared set (``jdata.io._open_files``)."""
 
     prefers_blocks = True
 
     def __init__(self, node: ParquetNode, ctx, epoch: int):
         self._node = node
         self._starts = [0, *np.cumsum([rows for _, _, rows in node.groups]).tolist()]
-        self._files: dict[int, object] = {}
+        self._files = _open_files.shared(node, node.paths, open_file)
         self._cached: tuple | None = None  # (group, names, NumPy columns, null masks)
 
     def __len__(self) -> int:
@@ -146,13 +150,11 @@ class _Reader:
             return cached[1:]
         f, group, _ = self._node.groups[g]
         path = self._node.paths[f]
+        columns = None if self._node.columns is None else list(self._node.columns)
         try:
-            parquet = self._files.get(f)
-            if parquet is None:
-                parquet = self._files[f] = open_file(path)
-            columns = None if self._node.columns is None else list(self._node.columns)
-            table = parquet.read_row_group(group, columns=columns)
+            table = self._files.get(f).read_row_group(group, columns=columns)
         except Exception as e:
+            _paths.raise_if_unreadable(path, e)
             raise DataError(_OP, self._starts[g], path, group,
                             ValueError(f"row group {group} cannot be read: {e}")) from e
         names, arrays, masks = table.column_names, [], {}
@@ -185,7 +187,7 @@ class _Reader:
         for g, first, last in self._spans(lo, hi):
             try:
                 names, arrays, (nulls, masks) = self._group(g)
-            except DataError as e:
+            except (DataError, OSError) as e:  # raised after the rows before it
                 return out, e
             null = _first_null(nulls, first, last)
             stop = last if null is None else null

@@ -4,14 +4,17 @@ Both read their files one after the other; the state is the file, the byte
 offset of the next record in it, and counters, so a restore seeks there
 instead of reading again. A corrupt record raises ``jdata.DataError`` naming
 the file, the record and its byte offset; the iterator then goes on with the
-next record it can find (the next file if the corruption hides where the
-next record starts), so ``ignore_errors()`` skips exactly the bad records.
+next record it can find, so ``ignore_errors()`` skips exactly the bad
+records. Where the corruption hides where the next record starts (a corrupt
+length, a truncated file, a damaged GZIP stream), the rest of the file is
+lost with it: the error says how many bytes were skipped unread, and
+iteration goes on with the next file. A file that cannot be opened or read
+(deleted, no permission, too many open files) raises its ``OSError``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import struct
 from typing import ClassVar
 
@@ -19,19 +22,11 @@ from jdata import _planner
 from jdata._errors import DataError
 from jdata._plan import Node
 from jdata._spec import STRING, TensorSpec
-from jdata.io import _paths
+from jdata.io._streams import Corrupt, open_stream
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 COMPRESSIONS = ("", "GZIP")
-
-
-class _Corrupt(Exception):
-    """A record that cannot be read; ``lost_file``: the rest of the file cannot be found."""
-
-    def __init__(self, reason: str, lost_file: bool):
-        super().__init__(reason)
-        self.lost_file = lost_file
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -66,13 +61,19 @@ class TextLinesNode(_FileRecordsNode):
 
 
 class _FileRecordsIterator(Iterator):
-    """Records of ``paths`` in order; the subclass reads one record from an open file."""
+    """Records of ``paths`` in order; the subclass reads (or skips) one record of a stream.
+
+    With a pushed-down shard, other shards' records are skipped, not read; a
+    skip that finds the rest of the file lost raises that loss all the same
+    (it loses this shard's records in the file too), as an unpushed ``shard``
+    does.
+    """
 
     def __init__(self, node: _FileRecordsNode, ctx, epoch: int):
         self._op, self._paths, self._compression = node.op_name, node.paths, node.compression_type
         self._shards, self._shard = node.shard or (1, 0)
         self._file = self._offset = self._record = self._position = 0
-        self._handle = None
+        self._stream = None
         self._lost_file = False  # the rest of the current file cannot be read
 
     def __next__(self):
@@ -80,72 +81,56 @@ class _FileRecordsIterator(Iterator):
             if self._lost_file:
                 self._next_file()
                 continue
-            if self._handle is None:
-                self._open()
+            ours = self._position % self._shards == self._shard
             offset = self._offset
-            if self._position % self._shards != self._shard:  # another shard's record
-                try:
-                    size = self._skip(self._handle)
-                except _Corrupt:  # the rest of the file is lost, as when read
-                    self._lost_file = True
-                    self._record, self._position = self._record + 1, self._position + 1
-                    continue
-                if size is None:
-                    self._next_file()
-                    continue
-                self._offset, self._record, self._position = (
-                    offset + size, self._record + 1, self._position + 1)
-                continue
             try:
-                record, size = self._read(self._handle)
-            except _Corrupt as e:
-                return self._fail(e, offset)
-            except OSError as e:  # e.g. a bad gzip stream: the rest is unreadable
-                return self._fail(_Corrupt(f"{type(e).__name__}: {e}", True), offset)
-            if record is None:
+                if self._stream is None:
+                    self._stream = open_stream(self._paths[self._file], self._compression, offset)
+                record, size = (self._read if ours else self._skip)(self._stream)
+            except Corrupt as e:
+                raise self._failed(e, offset)
+            if size is None:  # the end of the file
                 self._next_file()
                 continue
-            self._offset = offset + size
-            self._record += 1
-            self._position += 1
-            return record
+            self._offset, self._record, self._position = (
+                offset + size, self._record + 1, self._position + 1)
+            if ours:
+                return record
         raise StopIteration
 
-    def _fail(self, corrupt: _Corrupt, offset: int):
+    def _failed(self, corrupt: Corrupt, offset: int) -> DataError:
+        """The error of the record at ``offset``; the iterator moves past it (and past the
+        rest of the file if that is lost)."""
         path, record, position = self._paths[self._file], self._record, self._position
-        self._record += 1
-        self._position += 1
+        self._record, self._position = record + 1, position + 1
+        unread = None
         if corrupt.lost_file:
             self._lost_file = True
+            unread = 0 if self._stream is None else self._stream.unread_bytes(offset)
         else:
-            self._offset = self._handle.tell()
-        raise DataError(self._op, position, path, record,
-                        ValueError(f"{corrupt} (at byte {offset})"))
-
-    def _open(self) -> None:
-        raw = _paths.open_binary(self._paths[self._file])
-        self._handle = gzip.GzipFile(fileobj=raw) if self._compression == "GZIP" else raw
-        if self._offset:
-            self._handle.seek(self._offset)
+            self._offset = self._stream.pos
+        return DataError(self._op, position, path, record,
+                         ValueError(f"{corrupt} (at byte {offset})"), unread)
 
     def _next_file(self) -> None:
-        self._close_handle()
+        self._close_stream()
         self._file += 1
         self._offset = self._record = 0
         self._lost_file = False
 
-    def _close_handle(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
 
-    def _read(self, handle) -> tuple[bytes | None, int]:
+    def _read(self, stream) -> tuple[bytes | None, int | None]:
+        """One record and its size in the file; ``(None, None)`` at the end of the file."""
         raise NotImplementedError
 
-    def _skip(self, handle) -> int | None:
-        """Moves past one record without returning it; its size, or None at the end."""
-        record, size = self._read(handle)
-        return None if record is None else size
+    def _skip(self, stream) -> tuple[None, int | None]:
+        """Moves past one record without returning it: ``(None, its size)``, or
+        ``(None, None)`` at the end of the file."""
+        return None, self._read(stream)[1]
 
     def snapshot(self):
         return {"file": self._file, "offset": self._offset, "record": self._record,
@@ -156,12 +141,12 @@ class _FileRecordsIterator(Iterator):
                                                  "lost_file"))
         checked = (fields.int("file", 0, len(self._paths)), fields.int("offset"),
                    fields.int("record"), fields.int("position"), fields.bool("lost_file"))
-        self._close_handle()
+        self._close_stream()
         (self._file, self._offset, self._record, self._position,
          self._lost_file) = checked
 
     def close(self):
-        self._close_handle()
+        self._close_stream()
 
 
 # -- TFRecord: uint64 length, uint32 masked CRC-32C of the length, data, masked CRC of data.
@@ -190,36 +175,42 @@ class _TFRecordIterator(_FileRecordsIterator):
         super().__init__(node, ctx, epoch)
         self._crc = _crc32c()
 
-    def _length(self, handle) -> int | None:
+    def _length(self, stream) -> int | None:
         """Reads a record's header: the data length, or None at the end of the file."""
-        header = handle.read(_HEADER.size)
+        header = stream.read(_HEADER.size)
         if not header:
             return None
         if len(header) < _HEADER.size:
-            raise _Corrupt("the file ends inside a record's header (truncated)", True)
+            raise Corrupt("the file ends inside a record's header (truncated)", True)
         length, length_crc = _HEADER.unpack(header)
         if masked_crc(header[:8], self._crc) != length_crc:
-            raise _Corrupt("the record's length fails its checksum (corrupt)", True)
+            raise Corrupt("the record's length fails its checksum (corrupt)", True)
         return length
 
-    def _read(self, handle):
-        length = self._length(handle)
+    def _read(self, stream):
+        length = self._length(stream)
         if length is None:
-            return None, 0
-        data = handle.read(length)
-        footer = handle.read(_FOOTER.size)
+            return None, None
+        data = stream.read_declared(length)  # at most what the file holds, whatever it says
+        footer = stream.read(_FOOTER.size)
         if len(data) < length or len(footer) < _FOOTER.size:
-            raise _Corrupt(f"the file ends inside a record of {length} bytes (truncated)", True)
+            raise _truncated(length)
         if masked_crc(data, self._crc) != _FOOTER.unpack(footer)[0]:
-            raise _Corrupt("the record's data fails its checksum (corrupt)", False)
+            raise Corrupt("the record's data fails its checksum (corrupt)", False)
         return data, _HEADER.size + length + _FOOTER.size
 
-    def _skip(self, handle):
-        length = self._length(handle)
+    def _skip(self, stream):
+        length = self._length(stream)
         if length is None:
-            return None
-        handle.seek(length + _FOOTER.size, 1)  # the data is never read
-        return _HEADER.size + length + _FOOTER.size
+            return None, None
+        if not stream.skip(length + _FOOTER.size):  # the data is never read
+            raise _truncated(length)
+        return None, _HEADER.size + length + _FOOTER.size
+
+
+def _truncated(length: int) -> Corrupt:
+    return Corrupt(f"the file ends inside a record of {length} bytes (truncated, or the "
+                   "length is corrupt)", True)
 
 
 def write_tfrecord(path: str, records) -> int:
@@ -240,10 +231,10 @@ def write_tfrecord(path: str, records) -> int:
 # -- Text lines: the line terminator (\n or \r\n) is dropped, as in tf.data.
 
 class _TextLinesIterator(_FileRecordsIterator):
-    def _read(self, handle):
-        line = handle.readline()
+    def _read(self, stream):
+        line = stream.readline()
         if not line:
-            return None, 0
+            return None, None
         size = len(line)
         if line.endswith(b"\n"):
             line = line[:-2] if line.endswith(b"\r\n") else line[:-1]

@@ -118,25 +118,54 @@ def _join(directory: str, name: str) -> str:
 
 def read_metadata(path: str) -> dict | None:
     """The metadata of a complete directory (local or any fsspec URL), or None if there is
-    none at ``path``."""
+    none at ``path``; checked, since anyone may have edited it."""
     try:
         with _paths.open_binary(_join(path, METADATA)) as f:
             metadata = json.loads(f.read())
     except FileNotFoundError:
         return None
-    if metadata.get("format") != FORMAT:
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise ValueError(f"{path}: {METADATA} is not jdata's format {FORMAT!r}")
+    _check(metadata, _join(path, METADATA))
     return metadata
 
 
-def reader_node(path: str, metadata: dict):
-    """The plan that reads a complete directory (local or a URL): its shards, decoded."""
-    from jdata.io.array_record import ArrayRecordNode
-    from jdata.ops.map import MapNode
+def _check(metadata: dict, where: str) -> None:
+    """Fails on what a writer never writes: shards outside the directory, counts that are
+    not counts, an element structure that is not one."""
+    fix = "the directory was changed after it was written; write it again"
+    shards = metadata.get("shards")
+    if not isinstance(shards, list):
+        raise ValueError(f"{where}: 'shards' is {str(shards)[:80]}, not a list ({fix})")
+    for shard in shards:
+        name = shard.get("file") if isinstance(shard, dict) else None
+        if not _is_file_name(name):
+            raise ValueError(f"{where} names the shard {str(name)[:200]!r}, which is not a file "
+                             f"of the directory: shards are read only from there ({fix})")
+        if not _is_count(shard.get("records")):
+            raise ValueError(f"{where}: shard {name!r} has {shard.get('records')!r} records "
+                             f"({fix})")
+    if metadata.get("cardinality") != sum(shard["records"] for shard in shards):
+        raise ValueError(f"{where}: 'cardinality' is {metadata.get('cardinality')!r}, but its "
+                         f"shards hold {sum(shard['records'] for shard in shards)} records ({fix})")
+    try:
+        codec.leaf_count(metadata.get("structure"))
+    except ValueError as e:
+        raise ValueError(f"{where}: 'structure': {e} ({fix})") from None
 
-    files = tuple(_join(path, s["file"]) for s in metadata["shards"])
-    counts = tuple(int(s["records"]) for s in metadata["shards"])
-    return MapNode(ArrayRecordNode(files, counts), codec.Decoder(metadata["structure"]))
+
+def _is_file_name(name) -> bool:
+    return (isinstance(name, str) and name not in ("", ".", "..")
+            and not any(c in name for c in "/\\\0"))
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def shard_paths(path: str, metadata: dict) -> tuple:
+    """The paths of a checked directory's shards, each inside the directory."""
+    return tuple(_join(path, shard["file"]) for shard in metadata["shards"])
 
 
 def save(iterator, path: str, fingerprint: str) -> dict:

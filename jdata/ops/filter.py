@@ -174,6 +174,7 @@ class _BlockFilterIterator(Iterator):
 
     def close(self):
         self._input.close()
+        self._reader = None  # as the input lets go of it (it may hold open files)
 
 
 def _check_results(keeps: list, position: int) -> tuple[list, TypeError | None]:

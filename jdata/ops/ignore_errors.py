@@ -34,7 +34,8 @@ class _IgnoreErrorsIterator(UnaryIterator):
     """Retries ``next`` after a ``UDFError``; the input has already moved past the element.
 
     Only ``UDFError`` is caught: any other exception means a broken iterator
-    (or a bug in jdata), which might raise again forever.
+    (or a bug in jdata), which might raise again forever, or a file that cannot
+    be read at all (an ``OSError``), which skipping would turn into silence.
     """
 
     OP = "ignore_errors"
@@ -49,10 +50,17 @@ class _IgnoreErrorsIterator(UnaryIterator):
             try:
                 return next(self._input)
             except UDFError as e:  # DataError (an unreadable record) included
-                kind = "unreadable_records" if isinstance(e, DataError) else "udf_errors"
-                self._dropped[kind] += 1
+                self._count(e)
                 if self._log_warning:
                     _LOGGER.warning("ignore_errors: dropped an element: %s", e)
+
+    def _count(self, error: UDFError) -> None:
+        if not isinstance(error, DataError):
+            self._dropped["udf_errors"] += 1
+            return
+        self._dropped["unreadable_records"] += 1
+        # A record whose damage hides the rest of its file loses that rest too.
+        self._dropped["unread_bytes"] += error.unread_bytes or 0
 
 
 _planner.register(IgnoreErrorsNode, iterator=_IgnoreErrorsIterator)

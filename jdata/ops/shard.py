@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
-from jdata._errors import UDFError
+from jdata._errors import DataError, UDFError
 from jdata._plan import Node
 from jdata.runtime.iterator import UnaryIterator
 
@@ -61,6 +61,9 @@ class _ShardIterator(UnaryIterator):
     ``position`` counts input elements pulled. An element of another shard
     whose UDF raised is dropped silently: over a random-access input it would
     never be computed, and a pipeline must not fail on another host's data.
+    But an unreadable record whose damage hides the rest of its file (a
+    ``DataError`` with ``unread_bytes``) loses this shard's records in it too:
+    that error is this shard's as well, and is raised.
     """
 
     OP = "shard"
@@ -88,6 +91,9 @@ class _ShardIterator(UnaryIterator):
         except StopIteration:
             self._position -= 1
             raise
+        except DataError as e:
+            if e.unread_bytes is not None:
+                raise
         except UDFError:
             pass
 

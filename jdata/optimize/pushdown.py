@@ -13,8 +13,9 @@ smaller stream. ``random_map`` is not crossed: its keys depend on positions.
 A ``shard`` that reaches a TFRecord or text-lines source becomes the
 source's own: it passes over the other shards' records there (a TFRecord
 reader seeks past their data without reading it), so a host reads only its
-records' data. The elements are the same (a shard drops the other
-shards' failures in either plan).
+records' data. The elements and errors are the same in either plan: a
+shard drops another shard's unreadable record, and raises damage that loses
+the rest of a file (its records too).
 """
 
 from __future__ import annotations

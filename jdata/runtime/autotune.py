@@ -144,7 +144,7 @@ class Autotuner:
 
     def count_dropped(self, label: str) -> dict:
         """A counter of elements an ``ignore_errors`` op dropped, shown by ``stats()``."""
-        counter = {"stage": label, "udf_errors": 0, "unreadable_records": 0}
+        counter = {"stage": label, "udf_errors": 0, "unreadable_records": 0, "unread_bytes": 0}
         self.dropped.append(counter)
         return counter
 

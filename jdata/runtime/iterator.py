@@ -187,6 +187,12 @@ class IndexIterator(Iterator):
     def set_state(self, state):
         self.index = states.Fields(state, self.op, ("index",)).int("index", 0, self._len)
 
+    def close(self):
+        # Readers of file sources hold open files, closed when the last reader of the
+        # source is released (jdata.io._open_files): this one lets go of its reader.
+        self.reader = self._read_block = None
+        self._len, self._buffer = 0, []
+
 
 class UnaryIterator(Iterator):
     """An iterator over one input whose state is the input's plus integer counters.

@@ -103,7 +103,9 @@ class ParallelIndexIterator(_Pooled):
                  cpu_budget: int | None = None, decision_key=None, op: str = "parallel"):
         job = IndexJob(make_reader)
         super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key, op)
-        self._len = len(job.reader())
+        # A reader of its own, dropped at once: kept in the job's slot for this thread
+        # (which reads nothing) it would hold the source's files open after close().
+        self._len = len(make_reader())
         self._low = 0  # every index below was emitted
         self._next_submit = 0
 
@@ -139,6 +141,7 @@ class ParallelIndexIterator(_Pooled):
 
     def close(self):
         self._pool.shutdown()
+        self._pool.job.release()
 
 
 class ParallelMapIterator(_Pooled):

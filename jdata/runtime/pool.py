@@ -74,6 +74,10 @@ class IndexJob:
             reader = self._local.reader = self._make_reader()
         return reader
 
+    def release(self) -> None:
+        """Lets go of every thread's reader (readers of file sources hold open files)."""
+        self._local = threading.local()
+
     def __call__(self, indices: list[int]) -> list[Outcome]:
         reader = self.reader()
         read_block = getattr(reader, "read_block", None)

@@ -73,7 +73,9 @@ class PipelineStats:
     the consumer's time spent waiting for this stage), ``engine``,
     ``engine_reason``, and ``tuned_parallelism``/``tuned_buffer`` (whether
     the autotuner owns that knob). ``dropped``: per ``ignore_errors`` op,
-    ``udf_errors`` and ``unreadable_records`` skipped so far. ``history``:
+    ``udf_errors`` and ``unreadable_records`` skipped so far, and
+    ``unread_bytes``: bytes of files skipped unread after unreadable records
+    whose damage hid the rest of their file (see ``jdata.DataError``). ``history``:
     the autotuner's changes, as dicts with ``time`` (seconds since the
     iterator started), ``stage``, ``knob``, ``old``, ``new`` and
     ``predicted_wait_ms`` (the model's expected wait per output element
@@ -119,9 +121,11 @@ class PipelineStats:
             if r["engine_reason"]:
                 lines.append(f"engine of {r['stage'][:48]}: {r['engine']} ({r['engine_reason']})")
         for d in self.dropped:
+            lost = (f"; {d['unread_bytes']:,} bytes of files skipped unread after them"
+                    if d["unread_bytes"] else "")
             lines.append(f"{d['stage']}: dropped {d['udf_errors'] + d['unreadable_records']} "
                          f"elements ({d['unreadable_records']} unreadable records, "
-                         f"{d['udf_errors']} UDF errors)")
+                         f"{d['udf_errors']} UDF errors){lost}")
         tuned = "on" if self.autotune else "off (Options(autotune=False))"
         lines.append(f"autotuner: {tuned}; * = tuned; {len(self.history)} changes")
         for h in self.history[-5:]:

@@ -1,6 +1,9 @@
 """from_array_record over files written by the array-record package (grain's format)."""
 
+import json
 import os
+import subprocess
+import sys
 
 import fsspec
 import jax
@@ -10,7 +13,8 @@ from array_record.python import array_record_data_source
 from array_record.python.array_record_module import ArrayRecordWriter
 
 import jdata
-from tests.helpers import check_restore_at_every_step, read_through_data_errors, take_list
+from tests.helpers import (
+    check_restore_at_every_step, open_files_under, read_through_data_errors, take_list)
 
 
 def _write(path: str, records, options: str = "group_size:1") -> str:
@@ -126,3 +130,78 @@ def test_maps_over_records_read_in_blocks_fail_and_restore_per_element(shards):
     assert [int(x) for x in check_restore_at_every_step(ds.ignore_errors())] == kept
     parallel = ds.map(lambda x: x, num_parallel_calls=2).ignore_errors()
     assert [int(x) for x in take_list(parallel)] == kept
+
+
+def _shards(directory, files: int, records: int) -> tuple[list, list]:
+    paths = [_write(str(directory / f"s{f:04d}.array_record"),
+                    [b"%d-%d" % (f, i) for i in range(records)]) for f in range(files)]
+    return paths, [b"%d-%d" % (f, i) for f in range(files) for i in range(records)]
+
+
+def read_many_shards_under_a_low_descriptor_limit(directory: str) -> dict:
+    import pathlib
+    import resource
+
+    paths, expected = _shards(pathlib.Path(directory), 1100, 2)
+    ds = jdata.from_array_record(paths)
+    shuffled = ds.shuffle(jax.random.key(0))  # the key made (and JAX loaded) before the limit
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    in_order = take_list(ds.ignore_errors())
+    shuffled = take_list(shuffled.ignore_errors())
+    return {"in_order": in_order == expected, "shuffled": sorted(shuffled) == sorted(expected),
+            "records": [len(in_order), len(shuffled), len(expected)]}
+
+
+def test_1100_shards_under_a_limit_of_1024_descriptors_lose_nothing(tmp_path):
+    # A process of its own: it lowers its descriptor limit (and jdata before this fix
+    # exhausted it, failing whatever ran next).
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import json, sys; from tests.io.test_array_record import "
+            "read_many_shards_under_a_low_descriptor_limit as read; "
+            "print(json.dumps(read(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=240, cwd=repo, env={**os.environ, "PYTHONPATH": repo})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"in_order": True, "shuffled": True, "records": [2200, 2200, 2200]}
+
+
+def _counting_opens(monkeypatch) -> list:
+    from jdata.io import array_record
+
+    opened = []
+    real = array_record.open_reader
+    monkeypatch.setattr(array_record, "open_reader",
+                        lambda path: opened.append(path) or real(path))
+    return opened
+
+
+@pytest.mark.parametrize("threads", [None, 2])
+def test_open_files_are_bounded_shared_by_threads_and_closed_with_the_iterator(tmp_path,
+                                                                               threads):
+    paths, expected = _shards(tmp_path, 200, 2)
+    ds = (jdata.from_array_record(paths).shuffle(jax.random.key(1))
+          .map(lambda r: r, num_parallel_calls=threads).filter(lambda r: True))
+    it = ds.iterator()
+    got, most_open = [], 0
+    for record in it:
+        got.append(record)
+        most_open = max(most_open, open_files_under(tmp_path))
+    assert sorted(got) == sorted(expected) and got != expected
+    # At most 128 files (jdata.io._open_files), one set for every reader (thread) of the
+    # source; a file evicted while another thread reads it is closed when that read ends.
+    assert 0 < most_open <= 128 + (threads or 1) - 1
+    it.close()
+    assert open_files_under(tmp_path) == 0
+
+
+@pytest.mark.parametrize("threads", [None, 2])
+def test_a_full_shuffle_over_64_files_opens_each_file_once(tmp_path, monkeypatch, threads):
+    paths, expected = _shards(tmp_path, 64, 10)
+    ds = jdata.from_array_record(paths).shuffle(jax.random.key(2)).map(
+        lambda r: r, num_parallel_calls=threads)
+    opened = _counting_opens(monkeypatch)  # after the build, which counts each file's records
+    with ds.iterator() as it:
+        assert sorted(it) == sorted(expected)
+    assert sorted(opened) == paths  # not once per record, nor once per thread

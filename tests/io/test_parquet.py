@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import jdata
-from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+from tests.helpers import (
+    assert_same_sequence, check_restore_at_every_step, open_files_under, take_list)
 
 
 def _table(n: int, start: int = 0) -> pa.Table:
@@ -130,3 +131,24 @@ def test_unbatched_batches_are_not_counted_from_the_first_batches(files):
     ds = jdata.from_parquet(files, ["id"], batch_size=5).unbatch()
     assert ds.cardinality() == jdata.UNKNOWN
     assert len(list(ds)) == 32
+
+
+@pytest.mark.parametrize("threads", [None, 2])
+def test_open_files_are_bounded_and_closed_with_the_iterator(tmp_path, threads):
+    paths = []
+    for f in range(200):
+        paths.append(str(tmp_path / f"p{f:03d}.parquet"))
+        pq.write_table(pa.table({"id": [2 * f, 2 * f + 1]}), paths[-1])
+    ds = jdata.from_parquet(paths).shuffle(jax.random.key(0)).map(
+        lambda row: row["id"], num_parallel_calls=threads)
+    it = ds.iterator()
+    ids, most_open = [], 0
+    for i in it:
+        ids.append(int(i))
+        most_open = max(most_open, open_files_under(tmp_path))
+    assert sorted(ids) == list(range(400)) and ids != sorted(ids)
+    # At most 128 files (jdata.io._open_files) for every reader (thread) of the source; a
+    # file evicted while another thread reads it is closed when that read ends.
+    assert 0 < most_open <= 128 + (threads or 1) - 1
+    it.close()
+    assert open_files_under(tmp_path) == 0

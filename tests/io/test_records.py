@@ -2,10 +2,13 @@
 
 import gzip
 import os
+import struct
 
 import fsspec
+import hypothesis
 import jax
 import pytest
+from hypothesis import strategies as st
 
 import jdata
 from jdata.io import records
@@ -75,7 +78,7 @@ def test_a_corrupt_record_names_the_file_and_ignore_errors_skips_only_it(tmp_pat
     it = jdata.from_tfrecord(path).ignore_errors().iterator()
     assert [r for r in it] == [b"0:%d" % i * (i + 1) for i in range(1, 6)]
     assert it.stats().dropped == [
-        {"stage": "ignore_errors", "udf_errors": 0, "unreadable_records": 1}]
+        {"stage": "ignore_errors", "udf_errors": 0, "unreadable_records": 1, "unread_bytes": 0}]
     assert "1 unreadable records" in str(it.stats())
 
 
@@ -108,6 +111,21 @@ def test_text_lines_drop_line_endings_and_resume_exactly(tmp_path):
     c = _write(tmp_path / "c.txt", "vier\nf\u00fcnf\n".encode())
     expected = [b"one", b"two", b"", b"three", b"vier", "f\u00fcnf".encode()]
     check_restore_at_every_step(jdata.from_text_lines([a, b, c]), expected)
+
+
+def test_gzip_text_lines_across_members_empty_files_and_chunks(tmp_path, monkeypatch):
+    from jdata.io import _streams
+
+    monkeypatch.setattr(_streams, "_CHUNK_BYTES", 7)  # lines and records cross chunk ends
+    members = _write(tmp_path / "m.txt.gz", gzip.compress(b"one\r\ntwo\n") +
+                     gzip.compress(b"") + gzip.compress(b"three\nlast, no newline"))
+    empty = _write(tmp_path / "e.txt.gz", b"")
+    expected = [b"one", b"two", b"three", b"last, no newline"]
+    check_restore_at_every_step(jdata.from_text_lines([members, empty], "GZIP"), expected)
+    paths = _files(tmp_path, (9,))
+    _write(paths[0], gzip.compress(open(paths[0], "rb").read()))
+    ds = jdata.from_tfrecord(paths, "GZIP").shard(2, 1)
+    check_restore_at_every_step(ds, [b"0:%d" % i * (i + 1) for i in range(1, 9, 2)])
 
 
 def test_memory_filesystem_urls(tmp_path):
@@ -191,3 +209,132 @@ def test_a_pushed_shard_counts_a_lost_file_as_the_unpushed_plan_does(tmp_path):
         ds = jdata.from_tfrecord([first, second]).shard(2, i)
         off = ds.with_options(jdata.Options(optimize=False))
         assert read_through_data_errors(ds) == read_through_data_errors(off)
+
+
+def _damaged(tmp_path, damage, n=25, name="d.tfrecord"):
+    """A file of ``n`` records of 10 bytes (26 bytes each in the file) after ``damage(data)``."""
+    path = str(tmp_path / name)
+    jdata.io.write_tfrecord(path, [b"record-%03d" % i for i in range(n)])
+    _write(path, damage(bytearray(open(path, "rb").read())))
+    return path
+
+
+def _corrupt_length(data, record=6):
+    data[26 * record] ^= 0xFF  # its length no longer matches the length's checksum
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt_length"])
+@pytest.mark.parametrize("optimize", [True, False])
+def test_every_shard_hears_of_a_damaged_file_that_loses_its_records(tmp_path, damage,
+                                                                    optimize):
+    # The damage is at record 6 (of shard 2 of 4): the records after it are lost to every
+    # shard, pushed down into the reader or not, so every shard raises it, once.
+    cut = {"truncated": lambda data: bytes(data[:26 * 6 + 20]),
+           "corrupt_length": _corrupt_length}[damage]
+    path = _damaged(tmp_path, cut)
+    whole = [b"record-%03d" % i for i in range(6)]
+    for i in range(4):
+        ds = jdata.from_tfrecord(path).shard(4, i).with_options(
+            jdata.Options(optimize=optimize))
+        got, errors = read_through_data_errors(ds)
+        assert got == whole[i::4] and errors == [(path, 6)], f"shard {i}"
+        with pytest.raises(jdata.DataError, match="records are lost") as raised:
+            take_list(ds)
+        assert raised.value.unread_bytes == os.path.getsize(path) - 26 * 6
+        check_restore_at_every_step(ds.ignore_errors(), whole[i::4])
+
+
+def test_stats_count_the_bytes_a_corrupt_length_loses(tmp_path):
+    path = _damaged(tmp_path, _corrupt_length)
+    other = _files(tmp_path, (2,))[0]
+    it = jdata.from_tfrecord([path, other]).ignore_errors().iterator()
+    assert list(it) == [b"record-%03d" % i for i in range(6)] + [b"0:0", b"0:1" * 2]
+    lost = os.path.getsize(path) - 26 * 6
+    assert it.stats().dropped == [{"stage": "ignore_errors", "udf_errors": 0,
+                                   "unreadable_records": 1, "unread_bytes": lost}]
+    assert f"{lost:,} bytes of files skipped unread" in str(it.stats())
+
+
+def _gzip_damaged(tmp_path, damage):
+    plain = _damaged(tmp_path, bytes, n=400, name="plain.tfrecord")
+    zipped = bytearray(gzip.compress(open(plain, "rb").read()))
+    return _write(tmp_path / "d.tfrecord.gz", damage(zipped))
+
+
+@pytest.mark.parametrize("damage, recovered, unread", [
+    # Cut in half: the records before the cut are read, then the file ends (nothing unread).
+    (lambda z: bytes(z[:len(z) // 2]), range(100, 400), lambda size: 0),
+    # A bit flip in the only compressed block: nothing of it can be delivered.
+    (lambda z: bytes(z[:40] + bytes([z[40] ^ 0x10]) + z[41:]), [0], lambda size: size),
+], ids=["truncated", "bit_flip"])
+def test_damaged_gzip_data_is_a_data_error_and_skipping_moves_on(tmp_path, damage, recovered,
+                                                                 unread):
+    path = _gzip_damaged(tmp_path, damage)
+    other = _files(tmp_path, (3,))[0]
+    _write(other, gzip.compress(open(other, "rb").read()))
+    ds = jdata.from_tfrecord([path, other], "GZIP")
+    got, errors = read_through_data_errors(ds)
+    assert errors == [(path, len(got) - 3)] and len(got) - 3 in recovered
+    assert got == [b"record-%03d" % i for i in range(len(got) - 3)] + [b"0:0", b"0:1" * 2,
+                                                                      b"0:2" * 3]
+    with pytest.raises(jdata.DataError, match=r"compressed data is .* \(at byte \d+\)") as raised:
+        take_list(ds)
+    assert raised.value.unread_bytes == unread(os.path.getsize(path))
+    assert take_list(ds.ignore_errors()) == got
+    check_restore_at_every_step(ds.ignore_errors(), got)
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_a_crafted_length_with_a_valid_checksum_is_bounded_by_the_data(tmp_path, compression):
+    header = struct.pack("<Q", 1 << 50)  # 1 PiB, checksummed as a writer would
+    crafted = header + struct.pack("<I", records.masked_crc(header)) + b"tiny"
+    path = _write(tmp_path / "crafted", gzip.compress(crafted) if compression else crafted)
+    with pytest.raises(jdata.DataError, match="ends inside a record of 1125899906842624 bytes"):
+        take_list(jdata.from_tfrecord(path, compression))
+    assert take_list(jdata.from_tfrecord(path, compression).ignore_errors()) == []
+
+
+def test_a_data_error_that_loses_the_rest_of_a_file_pickles_whole(tmp_path):
+    import pickle
+
+    path = _damaged(tmp_path, _corrupt_length)
+    with pytest.raises(jdata.DataError) as raised:
+        take_list(jdata.from_tfrecord(path))
+    copy = pickle.loads(pickle.dumps(raised.value))  # as it leaves a worker process
+    assert (copy.path, copy.record, copy.position, copy.unread_bytes) == (
+        path, 6, 6, os.path.getsize(path) - 26 * 6)
+    assert str(copy) == str(raised.value) and isinstance(copy.__cause__, ValueError)
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+# A member ending inside a block of input, after a call stopped by the output limit.
+@hypothesis.example(members=[b"hello world" * 100, b"x"], padding=0, chunk=100, steps=[])
+@hypothesis.given(
+    members=st.lists(st.binary(max_size=300).map(lambda b: b * 7 + b"\n" + b[:5]), max_size=3),
+    padding=st.sampled_from([0, 4]), chunk=st.sampled_from([1, 7, 100, 1 << 20]),
+    steps=st.lists(st.tuples(st.sampled_from(["read", "readline", "skip"]),
+                             st.integers(0, 900)), max_size=30))
+def test_gzip_streams_give_the_data_of_every_member(members, padding, chunk, steps):
+    import io
+
+    from jdata.io import _streams
+
+    data = b"".join(members)
+    blob = b"".join(gzip.compress(m) for m in members) + b"\0" * padding  # gzip's padding
+    real_chunk, _streams._CHUNK_BYTES = _streams._CHUNK_BYTES, chunk
+    try:
+        stream, at = _streams.GzipStream(io.BytesIO(blob), len(blob)), 0
+        for kind, n in steps:
+            if kind == "skip":
+                assert stream.skip(n) == (at + n <= len(data))
+                at = min(at + n, len(data))
+                continue
+            got = stream.read(n) if kind == "read" else stream.readline()
+            end = min(at + n, len(data)) if kind == "read" else (
+                data.find(b"\n", at) + 1 or len(data))
+            assert got == data[at:end] and stream.pos == end
+            at = end
+        assert stream.read(len(data) + 1) == data[at:]  # up to the end, and no further
+    finally:
+        _streams._CHUNK_BYTES = real_chunk

@@ -2,6 +2,7 @@
 
 import collections
 import gc
+import json
 import os
 
 import jax
@@ -11,7 +12,8 @@ from array_record.python import array_record_data_source
 
 import jdata
 from jdata.io import codec
-from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+from tests.helpers import (
+    assert_same_sequence, check_restore_at_every_step, read_through_data_errors, take_list)
 
 Pair = collections.namedtuple("Pair", "left right")
 
@@ -190,3 +192,101 @@ def test_load_reads_a_saved_directory_through_an_fsspec_url(tmp_path):
         jdata.load("memory://jdata-nothing-here")
     with pytest.raises(ValueError, match="local directories only"):
         jdata.range(2).save("memory://jdata-out")
+
+
+def _edit_metadata(path, edit) -> None:
+    name = os.path.join(path, "jdata_metadata.json")
+    with open(name) as f:
+        metadata = json.load(f)
+    edit(metadata)
+    with open(name, "w") as f:
+        json.dump(metadata, f)
+
+
+def _shard(metadata, **changes):
+    metadata["shards"][0].update(changes)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m, _: (_shard(m, records=2), m.update(cardinality=2)),
+     "holds 2 records, but it holds 6"),
+    (lambda m, _: (_shard(m, records=9), m.update(cardinality=9)),
+     "holds 9 records, but it holds 6"),
+    (lambda m, _: m.update(cardinality=5), "'cardinality' is 5, but its shards hold 6"),
+    (lambda m, _: _shard(m, records="6"), "has '6' records"),
+    (lambda m, _: _shard(m, file="../outside/data-00000.array_record"),
+     "names the shard '../out"),
+    (lambda m, outside: _shard(m, file=outside), "names the shard '/.*/outside/data-00000"),
+    (lambda m, _: _shard(m, file=".."), "names the shard '..'"),
+    (lambda m, _: m.update(shards={"file": "x"}), "'shards' is"),
+    (lambda m, _: m.update(structure={"dict": [["x"]]}), "'structure': .* is not an element"),
+    (lambda m, _: m.update(structure={"namedtuple": ["m:P", ["__class__"], [None]]}),
+     "not an element structure"),
+], ids=["count_lowered", "count_raised", "cardinality", "count_type", "dotdot", "absolute",
+        "parent", "shards_type", "structure", "field_name"])
+def test_a_changed_directory_fails_at_load_naming_what_is_wrong(tmp_path, edit, match):
+    jdata.range(3).save(str(tmp_path / "outside"))
+    path = str(tmp_path / "saved")
+    jdata.range(6).save(path)
+    _edit_metadata(path, lambda m: edit(m, str(tmp_path / "outside" / "data-00000.array_record")))
+    with pytest.raises(ValueError, match=match) as raised:
+        jdata.load(path)
+    assert "changed after it was written" in str(raised.value)
+    with pytest.raises(ValueError, match=match):  # a cache directory is checked alike
+        take_list(jdata.range(6).cache(path))
+
+
+def _rewrite_shard(path, records) -> str:
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    shard = os.path.join(path, "data-00000.array_record")
+    writer = ArrayRecordWriter(shard, "group_size:1")
+    for record in records:
+        writer.write(record)
+    writer.close()
+    return shard
+
+
+def test_a_record_that_does_not_decode_is_a_data_error_naming_shard_and_record(tmp_path):
+    path = str(tmp_path / "saved")
+    jdata.range(6).map(lambda x: {"x": x}).save(path)
+    records = [codec.encode({"x": np.int64(i)}) for i in range(6)]
+    records[3] = records[3][:-2]  # cut short
+    shard = _rewrite_shard(path, records)
+    loaded = jdata.load(path)
+    got, errors = read_through_data_errors(loaded)
+    assert errors == [(shard, 3)] and [int(e["x"]) for e in got] == [0, 1, 2, 4, 5]
+    with pytest.raises(jdata.DataError, match="load: cannot read record 3 .* truncated"):
+        take_list(loaded)
+    it = loaded.shuffle(jax.random.key(0)).ignore_errors().iterator()
+    assert sorted(int(e["x"]) for e in it) == [0, 1, 2, 4, 5]
+    assert it.stats().dropped[0]["unreadable_records"] == 1
+
+
+def test_records_that_do_not_hold_the_structure_s_leaves_fail_each(tmp_path):
+    path = str(tmp_path / "saved")
+    jdata.range(3).map(lambda x: {"x": x, "y": x}).save(path)
+    _edit_metadata(path, lambda m: m.update(structure={"dict": [["x", None]]}))
+    got, errors = read_through_data_errors(jdata.load(path))
+    assert got == [] and [record for _, record in errors] == [0, 1, 2]
+    with pytest.raises(jdata.DataError, match="holds 2 leaves; its structure has 1"):
+        take_list(jdata.load(path))
+
+
+def test_a_crafted_record_never_allocates_more_than_its_size(tmp_path):
+    import struct
+    import tracemalloc
+
+    path = str(tmp_path / "saved")
+    jdata.range(1).map(lambda x: [x]).save(path)
+    # 14 bytes: one leaf, an object array of 10 million items (80 MB of pointers).
+    shard = _rewrite_shard(path, [struct.pack("<I", 1) + b"o\x01" + struct.pack("<Q", 10**7)])
+    tracemalloc.start()
+    try:
+        with pytest.raises(jdata.DataError, match="cannot fit in the 0 bytes left") as raised:
+            take_list(jdata.load(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (raised.value.path, raised.value.record) == (shard, 0)
+    assert peak < 8 << 20
