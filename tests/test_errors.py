@@ -86,3 +86,41 @@ def test_compatible_inputs_of_different_sizes_combine():
     ds = jdata.from_tensor_slices(np.zeros((2, 3))).concatenate(
         jdata.from_tensor_slices(np.ones((1, 5))))
     assert [x.shape for x in ds] == [(3,), (3,), (5,)]
+
+
+class _Blip:
+    """A source whose element 3 fails once with a transient network error."""
+
+    def __init__(self):
+        self.failed = False
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        if index == 3 and not self.failed:
+            self.failed = True
+            raise ConnectionError("the storage service did not answer")
+        return np.int64(index)
+
+
+def test_an_environment_error_consumes_nothing_so_a_retry_reads_the_element():
+    # An OSError is the environment's fault, not the element's (unlike a UDFError or
+    # a DataError, which ignore_errors() skips): nothing may be lost to it.
+    it = jdata.from_source(_Blip()).iterator()
+    got = [int(next(it)) for _ in range(3)]
+    with pytest.raises(ConnectionError):
+        next(it)
+    got += [int(x) for x in it]
+    assert got == list(range(8))
+
+
+def test_a_parallel_pipeline_stops_at_an_environment_error_until_restored():
+    ds = jdata.from_source(_Blip()).map(lambda x: x * 10, num_parallel_calls=2)
+    it = ds.iterator()
+    got = [int(next(it)) for _ in range(3)]
+    for _ in range(2):  # it stays stopped: the elements after it are not handed out
+        with pytest.raises(ConnectionError):
+            next(it)
+    got += [int(x) for x in ds.iterator(it.get_state())]
+    assert got == [10 * i for i in range(8)]

@@ -161,6 +161,15 @@ class IndexIterator(Iterator):
         offset = i - self._start
         if 0 <= offset < len(self._buffer):
             return self._buffer[offset]
+        try:
+            return self._read(i)
+        except OSError:
+            # The environment's fault (a file gone, a network error), not the
+            # element's: nothing is consumed, so a retry or a restore reads it again.
+            self.index = i
+            raise
+
+    def _read(self, i: int):
         if self._read_block is None:
             return self.reader[i]
         if i != self._error_at:

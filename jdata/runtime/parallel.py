@@ -86,6 +86,14 @@ class _Pooled(Tunable):
             self._fatal = e
             raise
         tag, outcome = self._ready.popleft()
+        error = outcome.error
+        if isinstance(error, OSError):
+            # The environment's fault (a file gone, a network error), not the
+            # element's: it is not consumed, and the iterator stops until restored
+            # from its state, which still points at the element.
+            self._ready.appendleft((tag, outcome))
+            self._fatal = error
+            raise error
         self._mark_emitted(tag)
         return outcome.get()
 
