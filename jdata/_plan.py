@@ -43,6 +43,8 @@ class Node:
     random: ClassVar[bool] = False
     # A ``buffer_size`` field that may be AUTOTUNE, for the autotuner to size.
     tunable_buffer: ClassVar[bool] = False
+    # A source whose reader can pass over other shards' elements (``sharded``).
+    reads_shards: ClassVar[bool] = False
 
     def inputs(self) -> tuple[Node, ...]:
         """Child nodes, in field order."""
@@ -72,6 +74,10 @@ class Node:
         """The user function this op runs on its pool (threads or worker processes), if any:
         what decides the engine (``runtime.engine``)."""
         return None
+
+    def sharded(self, num_shards: int, index: int) -> Node:
+        """This source reading only shard ``index`` of ``num_shards`` (``reads_shards``)."""
+        raise NotImplementedError(f"{self.op_name} does not read shards itself")
 
     def runs_jax(self) -> bool:
         """True if the op's work is JAX code (XLA releases the GIL; worker processes

@@ -33,17 +33,17 @@ COMPRESSIONS = ("", "GZIP")
 class _FileRecordsNode(Node):
     paths: tuple
     compression_type: str = ""
-    # (num_shards, index), set by the optimizer's pushdown of a shard: records of other
-    # shards are passed over at the source (a TFRecord's are seeked past, never read).
-    shard: tuple | None = None
+    reads_shards: ClassVar[bool] = True
 
     def compute_spec(self):
         return TensorSpec((), STRING)
 
+    def sharded(self, num_shards: int, index: int) -> Node:
+        return ShardedRecordsNode(self, num_shards, index)
+
     def __str__(self):
         gz = f", compression_type={self.compression_type!r}" if self.compression_type else ""
-        shard = "" if self.shard is None else f", shard={self.shard[1]} of {self.shard[0]}"
-        return f"{type(self).__name__.removesuffix('Node')}(files={len(self.paths)}{gz}{shard})"
+        return f"{type(self).__name__.removesuffix('Node')}(files={len(self.paths)}{gz})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -60,6 +60,24 @@ class TextLinesNode(_FileRecordsNode):
     op_name: ClassVar[str] = "from_text_lines"
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class ShardedRecordsNode(Node):
+    """A ``shard`` pushed into the TFRecord or text-lines source below it (the optimizer's
+    ``pushdown``): the reader passes over other shards' records (a TFRecord's are
+    seeked past, never read). Its elements are the ``shard``'s."""
+
+    input: _FileRecordsNode
+    num_shards: int
+    index: int
+    op_name: ClassVar[str] = "shard"
+
+    def compute_spec(self):
+        return self.input.element_spec()
+
+    def __str__(self):
+        return f"{self.input}, read as shard {self.index} of {self.num_shards}"
+
+
 class _FileRecordsIterator(Iterator):
     """Records of ``paths`` in order; the subclass reads (or skips) one record of a stream.
 
@@ -69,9 +87,9 @@ class _FileRecordsIterator(Iterator):
     does.
     """
 
-    def __init__(self, node: _FileRecordsNode, ctx, epoch: int):
+    def __init__(self, node: _FileRecordsNode, ctx, epoch: int, shard: tuple = (1, 0)):
         self._op, self._paths, self._compression = node.op_name, node.paths, node.compression_type
-        self._shards, self._shard = node.shard or (1, 0)
+        self._shards, self._shard = shard
         self._file = self._offset = self._record = self._position = 0
         self._stream = None
         self._lost_file = False  # the rest of the current file cannot be read
@@ -171,8 +189,8 @@ def masked_crc(data: bytes, crc32c=None) -> int:
 
 
 class _TFRecordIterator(_FileRecordsIterator):
-    def __init__(self, node, ctx, epoch):
-        super().__init__(node, ctx, epoch)
+    def __init__(self, node, ctx, epoch, shard=(1, 0)):
+        super().__init__(node, ctx, epoch, shard)
         self._crc = _crc32c()
 
     def _length(self, stream) -> int | None:
@@ -241,5 +259,14 @@ class _TextLinesIterator(_FileRecordsIterator):
         return line, size
 
 
+_ITERATORS = {TFRecordNode: _TFRecordIterator, TextLinesNode: _TextLinesIterator}
+
+
+def _sharded_iterator(node: ShardedRecordsNode, ctx, epoch: int):
+    source = node.input
+    return _ITERATORS[type(source)](source, ctx, epoch, (node.num_shards, node.index))
+
+
 _planner.register(TFRecordNode, iterator=_TFRecordIterator)
 _planner.register(TextLinesNode, iterator=_TextLinesIterator)
+_planner.register(ShardedRecordsNode, iterator=_sharded_iterator)

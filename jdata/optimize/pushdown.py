@@ -20,8 +20,6 @@ the rest of a file (its records too).
 
 from __future__ import annotations
 
-import dataclasses
-
 from jdata._plan import Node
 from jdata.ops.map import MapNode
 from jdata.ops.shard import ShardNode
@@ -34,16 +32,10 @@ def _crosses(node: Node, below: Node) -> bool:
     return type(below) is MapNode and not below.input.random_access()
 
 
-# File sources read in order that take a shard themselves (jdata.io.records).
-_SHARDABLE_SOURCES = frozenset({"from_tfrecord", "from_text_lines"})
-
-
 def _into_source(node: Node) -> Node:
-    """A shard right over a file source becomes the source's own shard."""
-    below = getattr(node, "input", None)
-    if (type(node) is ShardNode and below.op_name in _SHARDABLE_SOURCES
-            and below.shard is None):
-        return dataclasses.replace(below, shard=(node.num_shards, node.index))
+    """A shard right over a source that reads shards itself (TFRecord, text lines)."""
+    if type(node) is ShardNode and node.input.reads_shards:
+        return node.input.sharded(node.num_shards, node.index)
     return node
 
 

@@ -162,7 +162,7 @@ def test_a_shard_is_pushed_into_the_source_which_never_reads_other_shards_data(t
     expected = take_list(jdata.from_tfrecord(paths))
     for i in range(3):
         ds = jdata.from_tfrecord(paths).map(lambda r: r + b"!").shard(3, i)
-        assert f"TFRecord(files=2, shard={i} of 3)" in ds.explain()
+        assert f"TFRecord(files=2), read as shard {i} of 3" in ds.explain()
         assert check_restore_at_every_step(ds) == [r + b"!" for r in expected[i::3]]
 
     def bytes_read(ds) -> int:
@@ -196,7 +196,7 @@ def test_a_shard_is_pushed_into_the_source_which_never_reads_other_shards_data(t
     assert unpushed >= 30 * 1000 and pushed < 11 * 1016 + 20 * 12  # others: headers only
     lines = _write(tmp_path / "l.txt", b"".join(b"line%d\n" % i for i in range(10)))
     text = jdata.from_text_lines(lines).shard(4, 3)
-    assert "TextLines(files=1, shard=3 of 4)" in text.explain()
+    assert "TextLines(files=1), read as shard 3 of 4" in text.explain()
     assert check_restore_at_every_step(text) == [b"line3", b"line7"]
 
 
