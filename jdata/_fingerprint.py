@@ -17,8 +17,13 @@ from jdata._plan import Node
 
 
 def fingerprint(node: Node) -> str:
+    return fingerprint_value(node)
+
+
+def fingerprint_value(value) -> str:
+    """The digest of anything a plan holds (a UDF, a list of them), by content."""
     h = hashlib.sha256()
-    _Hasher(h).value(node)
+    _Hasher(h).value(value)
     return h.hexdigest()
 
 

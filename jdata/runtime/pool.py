@@ -128,7 +128,7 @@ class Pool:
         self.parallelism = parallelism
         self.cpu_budget = cpu_budget or executors.usable_cores()
         self.inflight: collections.deque = collections.deque()
-        self.engine, self.engine_reason, self.chooser = initial_engine(
+        self.engine, self.engine_reason, self.chooser, _ = initial_engine(
             engine, self.cpu_budget, parallelism, decision_key)
         self._executor = self._start(self.engine)
         self.sizer = ChunkSizer(chunk_target(self.engine))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import glob
 import os
@@ -306,3 +307,51 @@ def test_repeated_restores_wait_for_slots_held_by_cancelled_work():
         for _ in range(10):
             it.set_state(state)
             assert [int(next(it)["x"]) for _ in range(5)] == [3, 4, 5, 6, 7]
+
+
+def _gil_bound(x):
+    total = 0
+    for i in range(3000):
+        total += i
+    return x
+
+
+def _gil_bound_too(x):
+    total = 0
+    for i in range(3000):
+        total -= i
+    return x
+
+
+def _call(fn, x):
+    return fn(x)
+
+
+def _plus_one(x):
+    return x + 1
+
+
+def _pipeline(wrapper: str, fn) -> jdata.Dataset:
+    """``map(fn)`` with ``fn`` in a wrapper whose ``__call__`` is the same for every ``fn``."""
+    ds = jdata.range(3000)
+    if wrapper == "fused":  # map fusion composes them into one callable
+        ds = ds.map(fn, num_parallel_calls=jdata.AUTOTUNE).map(
+            _plus_one, num_parallel_calls=jdata.AUTOTUNE)
+    elif wrapper == "declare":
+        ds = ds.map(jdata.declare(fn, pointwise=True), num_parallel_calls=jdata.AUTOTUNE)
+    else:
+        ds = ds.map(functools.partial(_call, fn), num_parallel_calls=jdata.AUTOTUNE)
+    return ds.with_options(jdata.Options(cpu_budget=2))
+
+
+@pytest.mark.parametrize("wrapper", ["declare", "fused", "partial"])
+def test_engine_decisions_are_kept_per_udf_even_when_wrappers_share_their_code(wrapper):
+    with _pipeline(wrapper, _gil_bound).iterator() as it:
+        for _ in it:
+            if _pool(it).chooser is None:
+                break
+        assert _pool(it).chooser is None, "no decision"
+    with _pipeline(wrapper, _gil_bound).iterator() as it:  # the same UDF, built again
+        assert "measured by an earlier iterator" in _pool(it).engine_reason
+    with _pipeline(wrapper, _gil_bound_too).iterator() as it:  # another UDF, same wrapper
+        assert _pool(it).chooser is not None, _pool(it).engine_reason
