@@ -309,6 +309,47 @@ def test_repeated_restores_wait_for_slots_held_by_cancelled_work():
             assert [int(next(it)["x"]) for _ in range(5)] == [3, 4, 5, 6, 7]
 
 
+class _NotPicklable(Exception):
+    """Pickles as its message alone, so unpickling calls __init__ with too few arguments."""
+
+    def __init__(self, code, detail):
+        super().__init__(f"code {code}: {detail}")
+
+
+def _raise_unpicklable_on_odd(x):
+    if x % 2:
+        raise _NotPicklable(int(x), "odd")
+    return x
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_an_exception_that_does_not_pickle_is_the_same_udf_error_on_both_engines(engine):
+    ds = jdata.range(10).map(_raise_unpicklable_on_odd, num_parallel_calls=2).with_options(
+        jdata.Options(engine=engine))
+    assert [int(x) for x in ds.ignore_errors()] == [0, 2, 4, 6, 8]
+    with ds.iterator() as it:
+        next(it)
+        with pytest.raises(jdata.UDFError) as info:
+            next(it)
+    assert (info.value.op, info.value.position) == ("map", 1)
+    assert str(info.value) == ("map: the user function raised _NotPicklable on the element at "
+                               "position 1 of its input: code 1: odd")
+
+
+def test_an_exception_that_does_not_pickle_keeps_its_type_name_and_remote_traceback():
+    ds = jdata.range(4).map(_raise_unpicklable_on_odd, num_parallel_calls=2).with_options(
+        PROCESSES)
+    with ds.iterator() as it:
+        next(it)
+        with pytest.raises(jdata.UDFError) as info:
+            next(it)
+    cause = info.value.__cause__
+    assert isinstance(cause, outcomes.RemoteError)
+    assert (cause.type_name, str(cause)) == ("_NotPicklable", "_NotPicklable: code 1: odd")
+    assert isinstance(cause.__cause__, outcomes.RemoteTraceback)
+    assert "_raise_unpicklable_on_odd" in str(cause.__cause__)
+
+
 def _gil_bound(x):
     total = 0
     for i in range(3000):
