@@ -1,0 +1,82 @@
+"""Helpers of the process-engine tests: process liveness, scripts, deadlines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import NamedTuple
+
+DEADLINE_SEC = 20.0
+SCRIPT_TIMEOUT_SEC = 120
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited and been reaped (it is neither running nor a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "X"
+    except FileNotFoundError:
+        return True
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def wait_until(condition, what: str) -> None:
+    # Exits and reaping are asynchronous: poll with a deadline.
+    deadline = time.monotonic() + DEADLINE_SEC
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def kill_leftovers(pids) -> None:
+    """SIGKILLs what a failed test left running of the processes it started."""
+    for pid in pids:
+        if not gone(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def write_script(tmp_path, body: str, name: str = "script.py"):
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(body))
+    return script
+
+
+class ScriptResult(NamedTuple):
+    pid: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_script(script, env: dict | None = None, prefix: tuple = ()) -> ScriptResult:
+    """Runs ``script`` to its end in its own process group, and waits until the group is gone.
+
+    ``prefix`` may wrap the interpreter in commands that exec it (it keeps the pid).
+    Past the timeout, the group (the script and the processes it started) is killed.
+    """
+    proc = subprocess.Popen([*prefix, sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=os.getcwd(),
+                            start_new_session=True,
+                            env=None if env is None else dict(os.environ, **env))
+    try:
+        stdout, stderr = proc.communicate(timeout=SCRIPT_TIMEOUT_SEC)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    wait_until(lambda: group_gone(proc.pid), "every process the script started exits")
+    return ScriptResult(proc.pid, proc.returncode, stdout, stderr)
