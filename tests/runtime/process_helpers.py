@@ -1,7 +1,8 @@
-"""Helpers of the process-engine tests: process liveness, scripts, deadlines."""
+"""Helpers of the process-engine tests: segments, process liveness, scripts, deadlines."""
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -10,8 +11,19 @@ import textwrap
 import time
 from typing import NamedTuple
 
+import numpy as np
+
+import jdata
+from jdata.runtime import pool, segments
+
+PROCESSES = jdata.Options(engine="processes")
 DEADLINE_SEC = 20.0
 SCRIPT_TIMEOUT_SEC = 120
+
+
+def my_segments(pid: int | None = None) -> list[str]:
+    """The shared-memory segments of user process ``pid`` (this one by default)."""
+    return glob.glob(os.path.join(segments.SEGMENT_DIR, f"jdata_{pid or os.getpid()}_*"))
 
 
 def gone(pid: int) -> bool:
@@ -19,7 +31,7 @@ def gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] == "X"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped, maybe while we read
         return True
 
 
@@ -47,6 +59,20 @@ def kill_leftovers(pids) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def pool_of(it: jdata.DatasetIterator) -> pool.Pool:
+    stage = it._root
+    while not hasattr(stage, "_pool"):  # under the prefetch the optimizer adds
+        stage = stage._input
+    return stage._pool
+
+
+def python_work(x):
+    total = 0
+    for i in range(2000):
+        total += i * int(x)
+    return {"x": x, "total": np.int64(total), "image": np.full((64, 64), x, np.float32)}
 
 
 def write_script(tmp_path, body: str, name: str = "script.py"):

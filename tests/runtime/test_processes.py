@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import glob
 import os
 import signal
 import subprocess
@@ -17,47 +16,10 @@ import numpy as np
 import pytest
 
 import jdata
-from jdata.runtime import outcomes, pool, worker
+from jdata.runtime import outcomes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
-
-PROCESSES = jdata.Options(engine="processes")
-_DEADLINE_SEC = 20.0
-
-
-def _my_segments(pid: int | None = None) -> list[str]:
-    return glob.glob(os.path.join(worker.SEGMENT_DIR, f"jdata_{pid or os.getpid()}_*"))
-
-
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has exited and been reaped (it is neither running nor a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] == "X"
-    except FileNotFoundError:
-        return True
-
-
-def _wait_until(condition, what: str) -> None:
-    # Reaping is asynchronous (the fork server does it): poll with a deadline.
-    deadline = time.monotonic() + _DEADLINE_SEC
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
-
-
-def _pool(it: jdata.DatasetIterator) -> pool.Pool:
-    stage = it._root
-    while not hasattr(stage, "_pool"):  # under the prefetch the optimizer adds
-        stage = stage._input
-    return stage._pool
-
-
-def _python_work(x):
-    total = 0
-    for i in range(2000):
-        total += i * int(x)
-    return {"x": x, "total": np.int64(total), "image": np.full((64, 64), x, np.float32)}
-
+from tests.runtime.process_helpers import (PROCESSES, gone, group_gone, my_segments, pool_of,
+                                           python_work, wait_until)
 
 def test_engine_option_is_validated():
     with pytest.raises(ValueError, match="engine='gpu' must be one of 'auto', 'threads'"):
@@ -65,8 +27,8 @@ def test_engine_option_is_validated():
 
 
 def test_map_over_random_access_input_equals_sequential():
-    ds = jdata.range(50).map(_python_work, num_parallel_calls=2)
-    expected = take_list(jdata.range(50).map(_python_work))
+    ds = jdata.range(50).map(python_work, num_parallel_calls=2)
+    expected = take_list(jdata.range(50).map(python_work))
     assert_same_sequence(take_list(ds.with_options(PROCESSES)), expected)
 
 
@@ -106,7 +68,7 @@ def test_restore_at_every_step_with_processes():
 
 
 def test_arrays_come_back_through_shared_memory_not_the_pickle():
-    arena = worker._Arena(os.getpid())
+    arena = worker._Arena(segments.session())
     try:
         big = np.arange(250_000, dtype=np.float32)  # 1 MB
         results = [outcomes.Outcome({"big": big, "small": np.int64(3), "text": b"abc"})]
@@ -116,7 +78,7 @@ def test_arrays_come_back_through_shared_memory_not_the_pickle():
         assert len(payload) < 1000  # the megabyte is not in the pickle
     finally:
         arena.release()
-    assert _my_segments() == []
+    assert my_segments() == []
 
 
 def test_lambdas_closures_and_main_functions_in_a_script_without_a_main_guard(tmp_path):
@@ -164,22 +126,22 @@ def test_worker_exception_carries_op_position_and_remote_traceback():
 
 
 def test_close_stops_workers_and_releases_shared_memory():
-    it = jdata.range(1000).map(_python_work, num_parallel_calls=2).with_options(
+    it = jdata.range(1000).map(python_work, num_parallel_calls=2).with_options(
         PROCESSES).iterator()
     next(it)
-    pids = _pool(it)._executor.pids()
-    assert len(pids) == 2 and not any(_gone(p) for p in pids)
-    assert _my_segments()  # results travelled through segments
+    pids = pool_of(it)._executor.pids()
+    assert len(pids) == 2 and not any(gone(p) for p in pids)
+    assert my_segments()  # results travelled through segments
     it.close()
-    _wait_until(lambda: all(_gone(p) for p in pids), "the workers are reaped")
-    assert _my_segments() == []
+    wait_until(lambda: all(gone(p) for p in pids), "the workers are reaped")
+    assert my_segments() == []
 
 
 def _abandon_mid_stream():
-    it = jdata.range(1000).map(_python_work, num_parallel_calls=2).with_options(
+    it = jdata.range(1000).map(python_work, num_parallel_calls=2).with_options(
         PROCESSES).iterator()
     next(it)
-    pids = _pool(it)._executor.pids()
+    pids = pool_of(it)._executor.pids()
     raise RuntimeError(pids)  # the training loop fails; nobody calls close()
 
 
@@ -189,15 +151,15 @@ def test_garbage_collection_after_an_exception_stops_workers():
     pids = info.value.args[0]
     del info
     gc.collect()
-    _wait_until(lambda: all(_gone(p) for p in pids), "the workers are reaped")
-    assert _my_segments() == []
+    wait_until(lambda: all(gone(p) for p in pids), "the workers are reaped")
+    assert my_segments() == []
 
 
 def test_a_killed_worker_raises_instead_of_hanging_and_a_restore_goes_on():
-    ds = jdata.range(3000).map(_python_work, num_parallel_calls=2).with_options(PROCESSES)
+    ds = jdata.range(3000).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
     it = ds.iterator()
     next(it)
-    victim = _pool(it)._executor.pids()[0]
+    victim = pool_of(it)._executor.pids()[0]
     os.kill(victim, signal.SIGKILL)
     seen = 1
     with pytest.raises(outcomes.WorkerError, match="died"):
@@ -210,7 +172,7 @@ def test_a_killed_worker_raises_instead_of_hanging_and_a_restore_goes_on():
     it.set_state(state)  # the dead worker is replaced
     assert [int(e["x"]) for e in it] == list(range(seen, 3000))
     it.close()
-    _wait_until(lambda: _my_segments() == [], "the dead worker's segments are unlinked")
+    wait_until(lambda: my_segments() == [], "the dead worker's segments are unlinked")
 
 
 def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
@@ -241,15 +203,8 @@ def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
     assert "KeyboardInterrupt" in stderr
     assert "leaked" not in stderr
 
-    def group_gone():
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    _wait_until(group_gone, "every process of the interrupted job exits")
-    assert _my_segments(proc.pid) == []
+    wait_until(lambda: group_gone(proc.pid), "every process of the interrupted job exits")
+    assert my_segments(proc.pid) == []
 
 
 def _sleepy(x):
@@ -258,18 +213,18 @@ def _sleepy(x):
 
 
 def test_autotune_moves_a_gil_bound_udf_to_processes():
-    ds = jdata.range(3000).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    ds = jdata.range(3000).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
         for _ in it:
-            if _pool(it).chooser is None:
+            if pool_of(it).chooser is None:
                 break
-        assert _pool(it).engine == "processes", _pool(it).engine_reason
-        assert "holds the GIL" in _pool(it).engine_reason
+        assert pool_of(it).engine == "processes", pool_of(it).engine_reason
+        assert "holds the GIL" in pool_of(it).engine_reason
     # The same pipeline, even built again, starts where the measurement ended.
-    rebuilt = jdata.range(3000).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    rebuilt = jdata.range(3000).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with rebuilt.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
-        assert _pool(it).engine == "processes" and _pool(it).chooser is None
-        assert "measured by an earlier iterator" in _pool(it).engine_reason
+        assert pool_of(it).engine == "processes" and pool_of(it).chooser is None
+        assert "measured by an earlier iterator" in pool_of(it).engine_reason
         assert int(next(it)["x"]) == 0
 
 
@@ -277,29 +232,29 @@ def test_autotune_keeps_a_gil_releasing_udf_on_threads():
     ds = jdata.range(400).map(_sleepy, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
         assert [int(x) for x in it] == list(range(400))
-        assert _pool(it).engine == "threads", _pool(it).engine_reason
-        assert _pool(it).chooser is None  # decided
+        assert pool_of(it).engine == "threads", pool_of(it).engine_reason
+        assert pool_of(it).chooser is None  # decided
 
 
 def test_one_core_stays_on_threads():
-    ds = jdata.range(100).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    ds = jdata.range(100).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=1)).iterator() as it:
         list(it)
-        assert _pool(it).engine == "threads"
-        assert "one core" in _pool(it).engine_reason
+        assert pool_of(it).engine == "threads"
+        assert "one core" in pool_of(it).engine_reason
 
 
 def test_explain_names_the_engine():
-    ds = jdata.range(4).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    ds = jdata.range(4).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     assert "engine: auto" in ds.explain()
     assert "engine: processes" in ds.with_options(PROCESSES).explain()
-    assert "engine: threads" in jdata.range(4).map(_python_work, num_parallel_calls=2).explain()
+    assert "engine: threads" in jdata.range(4).map(python_work, num_parallel_calls=2).explain()
 
 
 def test_repeated_restores_wait_for_slots_held_by_cancelled_work():
     # Each restore cancels chunks still running in the workers; their results
     # hold the workers' segments until they arrive, and new work waits for them.
-    ds = jdata.range(500).map(_python_work, num_parallel_calls=2).with_options(PROCESSES)
+    ds = jdata.range(500).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
     with ds.iterator() as it:
         for _ in range(3):
             next(it)
@@ -389,10 +344,10 @@ def _pipeline(wrapper: str, fn) -> jdata.Dataset:
 def test_engine_decisions_are_kept_per_udf_even_when_wrappers_share_their_code(wrapper):
     with _pipeline(wrapper, _gil_bound).iterator() as it:
         for _ in it:
-            if _pool(it).chooser is None:
+            if pool_of(it).chooser is None:
                 break
-        assert _pool(it).chooser is None, "no decision"
+        assert pool_of(it).chooser is None, "no decision"
     with _pipeline(wrapper, _gil_bound).iterator() as it:  # the same UDF, built again
-        assert "measured by an earlier iterator" in _pool(it).engine_reason
+        assert "measured by an earlier iterator" in pool_of(it).engine_reason
     with _pipeline(wrapper, _gil_bound_too).iterator() as it:  # another UDF, same wrapper
-        assert _pool(it).chooser is not None, _pool(it).engine_reason
+        assert pool_of(it).chooser is not None, pool_of(it).engine_reason
