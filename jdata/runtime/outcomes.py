@@ -21,7 +21,13 @@ from jdata._errors import UDFError
 
 
 class WorkerError(RuntimeError):
-    """A worker process died or could not start: the iterator cannot go on."""
+    """A worker process died or could not start: the iterator cannot go on.
+
+    ``computing`` is true on the error of the work a worker died computing
+    (not on that of work queued behind it).
+    """
+
+    computing = False
 
 
 class Outcome:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from jdata.runtime import executors
 from jdata.runtime.engine import initial_engine, remember
 from jdata.runtime.iterator import Reader
-from jdata.runtime.outcomes import Outcome, compute_all
+from jdata.runtime.outcomes import Outcome, WorkerError, compute_all
 from jdata.runtime.segments import SharedMemoryError
 from jdata.runtime.stats import OpStats
 
@@ -194,6 +194,28 @@ class Pool:
                 raise SharedMemoryError(f"{e} ({_chunk(tags)})") from None
             self._fall_back_to_threads(e)
             return self._executor.submit(items).result()
+        except WorkerError as e:  # raised in the collector: its traceback would say nothing
+            raise WorkerError(f"{e} ({self._culprit(e, tags, items)})") from None
+
+    def _culprit(self, error: WorkerError, tags: list, items: list) -> str:
+        """Which input of the chunk killed its worker, found by running them again one at a time.
+
+        Only after a death, so the chunks keep their size (no per-element
+        bookkeeping in the worker); inputs are computed by position, so a
+        deterministic crash happens again (each replaced worker dies once).
+        """
+        if not error.computing:
+            return _chunk(tags)
+        if len(tags) == 1:
+            return f"it died on the input at position {tags[0]}"
+        for tag, item in zip(tags, items):
+            try:
+                self._executor.submit([item]).result()
+            except WorkerError as again:
+                if again.computing:
+                    return f"it died on the input at position {tag}"
+                break  # no worker can start, or no room in shared memory: no answer
+        return f"{_chunk(tags)}; run again one at a time, none of them killed a worker"
 
     def _record(self, outcomes: list, timing: tuple, waited: float) -> None:
         busy = timing[1] - timing[0]

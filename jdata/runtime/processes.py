@@ -17,7 +17,7 @@ the same exact state).
   ``SharedMemoryError``, never a SIGBUS.
 - Exceptions raised in a worker come back with the worker's traceback
   chained as the innermost ``__cause__``; a worker's death fails its tasks
-  with a ``WorkerError``.
+  with a ``WorkerError`` that says which one it died on.
 - Nothing outlives the executor: ``shutdown()`` (called by ``close()``, by
   garbage collection through a finalizer, and at interpreter exit) stops
   the workers, terminating then killing those that do not stop, all at once
@@ -232,18 +232,26 @@ class _Shared:
             if not w.alive:
                 return
             w.alive = False
-            lost = [(tid, f) for tid, (owner, f) in self.futures.items() if owner is w]
+            # A worker computes its tasks in order: it died on the oldest one left.
+            lost = sorted((tid, f) for tid, (owner, f) in self.futures.items() if owner is w)
             for tid, _ in lost:
                 del self.futures[tid]
             self.freed.notify_all()
         if self.closing:
             return
-        detail = (f"; it failed to start:\n{self.fatal}" if self.fatal else
-                  " (killed, out of memory, or the UDF called os._exit?)")
-        error = WorkerError(f"jdata: worker process {w.name} died{detail}")
-        for _, future in lost:
+        for i, (_, future) in enumerate(lost):
             if future.set_running_or_notify_cancel():
+                error = WorkerError(self._death_message(w, first=i == 0))
+                error.computing = i == 0 and not self.fatal
                 future.set_exception(error)
+
+    def _death_message(self, w: _Worker, first: bool) -> str:
+        if self.fatal:
+            return f"jdata: worker process {w.name} failed to start:\n{self.fatal}"
+        when = ("while computing this chunk" if first
+                else "before computing this chunk (queued behind the one it died on)")
+        return (f"jdata: worker process {w.name} died {when} (killed, out of memory, or the "
+                "UDF called os._exit or crashed the interpreter?)")
 
     # -- shutdown --
 

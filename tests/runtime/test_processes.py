@@ -305,6 +305,25 @@ def test_an_exception_that_does_not_pickle_keeps_its_type_name_and_remote_traceb
     assert "_raise_unpicklable_on_odd" in str(cause.__cause__)
 
 
+def _exit_on_7(x):
+    if x == 7:
+        os._exit(3)
+    return x
+
+
+def test_a_worker_that_dies_on_an_element_names_its_position():
+    # Chunks hold consecutive inputs, many of them once cheap ones are measured.
+    ds = jdata.range(40).map(_exit_on_7, num_parallel_calls=2).with_options(PROCESSES)
+    with ds.iterator() as it:
+        got = []
+        with pytest.raises(outcomes.WorkerError) as info:
+            for x in it:
+                got.append(int(x))
+    assert got == list(range(len(got))) and len(got) <= 7
+    assert "died while computing this chunk" in str(info.value)
+    assert str(info.value).endswith("(it died on the input at position 7)"), str(info.value)
+
+
 def _gil_bound(x):
     total = 0
     for i in range(3000):
