@@ -9,6 +9,9 @@ clean interpreter that imports jdata once, forks workers on request: a
 request passes a worker's two pipe ends (``socket.send_fds``) and gets back
 its pid. ``fork`` starts a new server if the last one died.
 
+- The server and its workers see no accelerator (``_CPU_ONLY_ENV``): each
+  worker that initialized one would claim device memory of its own (JAX
+  preallocates most of a GPU's), and a TPU chip admits a single process.
 - At start the server sweeps the shared-memory segments dead processes left
   (``segments.sweep``); it reaps its workers and unlinks the segments of any
   that died without doing so.
@@ -36,6 +39,9 @@ import traceback
 from jdata.runtime import segments, worker
 
 _PID = struct.Struct("q")
+# Hide GPUs and TPUs from JAX, CUDA (PyTorch, TensorFlow, CuPy...) and ROCm in
+# the server and so in every worker; the user's process keeps its own environment.
+_CPU_ONLY_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -178,7 +184,7 @@ class Server:
         self.pid = os.getpid()
         self._sock, theirs = socket.socketpair()
         path = [os.getcwd() if p == "" else p for p in sys.path]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **_CPU_ONLY_ENV)
         code = (f"from jdata.runtime import forkserver; "
                 f"forkserver.serve({theirs.fileno()}, {segments.session()!r}, {self.pid})")
         self._process = subprocess.Popen([sys.executable, "-c", code], env=env,

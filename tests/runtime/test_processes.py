@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import jdata
 from jdata.runtime import outcomes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 from tests.runtime.process_helpers import (PROCESSES, gone, group_gone, my_segments, pool_of,
-                                           python_work, wait_until)
+                                           python_work, run_script, wait_until, write_script)
 
 def test_engine_option_is_validated():
     with pytest.raises(ValueError, match="engine='gpu' must be one of 'auto', 'threads'"):
@@ -322,6 +323,32 @@ def test_a_worker_that_dies_on_an_element_names_its_position():
     assert got == list(range(len(got))) and len(got) <= 7
     assert "died while computing this chunk" in str(info.value)
     assert str(info.value).endswith("(it died on the input at position 7)"), str(info.value)
+
+
+def test_workers_never_see_an_accelerator(tmp_path):
+    # The user's process asks JAX for a GPU; each worker that took one would
+    # claim device memory of its own.
+    script = write_script(tmp_path, """
+        import json
+        import os
+        import jdata
+
+        def probe(x):
+            import jax
+            return {"platform": jax.devices()[0].platform,
+                    "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "<unset>"),
+                    "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")}
+
+        ds = jdata.range(2).map(probe, num_parallel_calls=2)
+        seen = list(ds.with_options(jdata.Options(engine="processes")))
+        print(json.dumps({"workers": seen, "user": os.environ["JAX_PLATFORMS"]}))
+    """)
+    result = run_script(script, env={"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "0"})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    cpu_only = {"platform": "cpu", "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    assert report["workers"] == [cpu_only, cpu_only]
+    assert report["user"] == "cuda"  # the user's own process keeps its environment
 
 
 def _gil_bound(x):
