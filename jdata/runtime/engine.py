@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import weakref
 from typing import Callable
 
 from jdata import _fingerprint
@@ -80,39 +79,17 @@ def engine_key(node: Node) -> Callable[[], str]:
     fused maps, ``declare``d UDFs and ``functools.partial``s of different
     functions, which share a ``__call__``, do not share a decision. The key
     is computed on demand (``initial_engine`` needs it only for
-    ``engine="auto"``): fingerprinting hashes what the UDFs capture.
+    ``engine="auto"``).
     """
     return functools.partial(_udf_fingerprint, node)
 
 
 def _udf_fingerprint(node: Node) -> str:
+    # Shallow: what the UDFs hold (a vocabulary, a table) would cost up to
+    # seconds per iterator to hash, and decides nothing about the GIL.
     return _fingerprint.fingerprint_value(
-        [(type(n), _udf_digest(getattr(n, "fn", None) or getattr(n, "map_fn", None)))
-         for n in walk(node)])
-
-
-# UDF fingerprints by UDF object: hashing what a UDF holds (a vocabulary, an
-# array) takes milliseconds to seconds, and every iterator of a dataset runs
-# the same UDF objects (its optimized plan is kept).
-_UDF_DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_UDF_DIGESTS_LOCK = threading.Lock()
-
-
-def _udf_digest(fn) -> str | None:
-    if fn is None:
-        return None
-    with _UDF_DIGESTS_LOCK:
-        try:
-            return _UDF_DIGESTS[fn]
-        except (KeyError, TypeError):  # not seen, or neither hashable nor weakly referable
-            pass
-    digest = _fingerprint.fingerprint_value(fn)
-    with _UDF_DIGESTS_LOCK:
-        try:
-            _UDF_DIGESTS[fn] = digest
-        except TypeError:
-            pass
-    return digest
+        [(type(n), getattr(n, "fn", None) or getattr(n, "map_fn", None)) for n in walk(node)],
+        shallow=True)
 
 
 def describe_engine(node: Node, ctx: Context) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jdata
-from jdata.runtime import outcomes, segments, worker
+from jdata.runtime import engine, outcomes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 from tests.runtime.process_helpers import (PROCESSES, gone, group_gone, my_segments, pool_of,
                                            python_work, run_script, wait_until, write_script)
@@ -397,3 +397,23 @@ def test_engine_decisions_are_kept_per_udf_even_when_wrappers_share_their_code(w
         assert "measured by an earlier iterator" in pool_of(it).engine_reason
     with _pipeline(wrapper, _gil_bound_too).iterator() as it:  # another UDF, same wrapper
         assert pool_of(it).chooser is not None, pool_of(it).engine_reason
+
+
+def _look_up(table, x):
+    return table.get(int(x), 0)
+
+
+def _look_up_negated(table, x):
+    return -table.get(int(x), 0)
+
+
+def test_engine_keys_tell_udf_code_apart_but_not_the_data_it_holds():
+    # Hashing a 20,000-entry vocabulary cost 50 ms per new pipeline; it says nothing
+    # about whether the UDF holds the GIL.
+    def key(fn, table):
+        ds = jdata.range(3).map(functools.partial(fn, table), num_parallel_calls=jdata.AUTOTUNE)
+        return engine.engine_key(ds._node)()
+
+    table, other_table = dict.fromkeys(range(20_000), 1), dict.fromkeys(range(20_000), 2)
+    assert key(_look_up, table) == key(_look_up, other_table)
+    assert key(_look_up, table) != key(_look_up_negated, table)
