@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -73,6 +74,13 @@ def python_work(x):
     for i in range(2000):
         total += i * int(x)
     return {"x": x, "total": np.int64(total), "image": np.full((64, 64), x, np.float32)}
+
+
+def read_line(proc: subprocess.Popen) -> str:
+    """The next line ``proc`` prints, waiting at most the script timeout."""
+    ready, _, _ = select.select([proc.stdout], [], [], SCRIPT_TIMEOUT_SEC)
+    assert ready, "the script printed nothing in time"
+    return proc.stdout.readline()
 
 
 def write_script(tmp_path, body: str, name: str = "script.py"):

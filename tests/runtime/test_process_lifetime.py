@@ -14,8 +14,8 @@ import time
 import jdata
 from jdata.runtime import forkserver
 from tests.runtime.process_helpers import (PROCESSES, SCRIPT_TIMEOUT_SEC, gone, kill_leftovers,
-                                           my_segments, pool_of, python_work, run_script,
-                                           wait_until, write_script)
+                                           my_segments, pool_of, python_work, read_line,
+                                           run_script, wait_until, write_script)
 
 # close() stops any number of hung workers within 2 s; the rest is slack for a busy machine.
 _CLOSE_BOUND_SEC = 3.0
@@ -142,7 +142,7 @@ def test_workers_and_fork_server_die_with_a_killed_user_process(tmp_path):
                             cwd=os.getcwd())
     helpers = []
     try:
-        helpers = json.loads(user.stdout.readline())
+        helpers = json.loads(read_line(user))
         assert len(helpers) == 3 and not any(_dead(p) for p in helpers)
         os.kill(user.pid, signal.SIGKILL)
         user.wait(SCRIPT_TIMEOUT_SEC)

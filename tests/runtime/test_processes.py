@@ -20,7 +20,9 @@ import jdata
 from jdata.runtime import engine, outcomes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 from tests.runtime.process_helpers import (PROCESSES, gone, group_gone, my_segments, pool_of,
-                                           python_work, run_script, wait_until, write_script)
+                                           python_work, read_line, run_script, wait_until,
+                                           write_script)
+
 
 def test_engine_option_is_validated():
     with pytest.raises(ValueError, match="engine='gpu' must be one of 'auto', 'threads'"):
@@ -195,7 +197,7 @@ def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert proc.stdout.readline().strip() == "running"
+        assert read_line(proc).strip() == "running"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         _, stderr = proc.communicate(timeout=60)
     finally:

@@ -19,7 +19,8 @@ import pytest
 
 from jdata.runtime import segments
 from tests.runtime.process_helpers import (SCRIPT_TIMEOUT_SEC, ScriptResult, group_gone,
-                                           my_segments, run_script, wait_until, write_script)
+                                           my_segments, read_line, run_script, wait_until,
+                                           write_script)
 
 _SMALL_SHM_MOUNT = "jdata-test-small-shm"
 
@@ -171,7 +172,7 @@ def test_segments_of_killed_processes_are_swept_by_the_next_process(tmp_path):
     victim = subprocess.Popen([sys.executable, str(victim_script)], stdout=subprocess.PIPE,
                               text=True, cwd=os.getcwd(), start_new_session=True, env=env)
     try:
-        assert victim.stdout.readline().strip() == "running"
+        assert read_line(victim).strip() == "running"
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait(SCRIPT_TIMEOUT_SEC)
         wait_until(lambda: group_gone(victim.pid), "the killed job's processes are gone")
