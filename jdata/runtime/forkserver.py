@@ -92,7 +92,12 @@ def _running_child(pid: int) -> bool:
 
 def serve(fd: int, session: str, user_pid: int) -> None:
     """The server's main loop (runs in the server process)."""
+    # Ctrl-C, and SIGTERM to the process group (Jupyter stopping a kernel, a
+    # shell's job control), would kill the server before it cleans up; it
+    # outlives the user's process by as long as that takes (as
+    # multiprocessing's resource tracker does). Workers handle SIGTERM themselves.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     user_gone = _watch(user_pid)
     workers = _Workers(session)

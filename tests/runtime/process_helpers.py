@@ -83,6 +83,42 @@ def read_line(proc: subprocess.Popen) -> str:
     return proc.stdout.readline()
 
 
+_RUNNING_JOB = """
+    import threading
+    import numpy as np
+    import jdata
+
+    ds = jdata.range(100).map(lambda x: np.full(100_000, x, np.float32), num_parallel_calls=2)
+    it = ds.with_options(jdata.Options(engine="processes")).iterator()
+    next(it)
+    print("running", flush=True)
+    threading.Event().wait()
+"""
+
+
+def signal_running_job(tmp_path, sig: int, shm_dir=None) -> subprocess.Popen:
+    """Starts a job running a process-engine pipeline, sends ``sig`` to its process
+    group once its segments exist (in ``shm_dir``, by default /dev/shm), and waits
+    until every process of the group is gone."""
+    shm_dir = str(shm_dir or segments.SEGMENT_DIR)
+    script = write_script(tmp_path, _RUNNING_JOB, name="running_job.py")
+    job = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                           cwd=os.getcwd(), start_new_session=True,
+                           env=dict(os.environ, JDATA_SHM_DIR=shm_dir))
+    try:
+        assert read_line(job).strip() == "running"
+        assert glob.glob(os.path.join(shm_dir, f"jdata_{job.pid}_*"))
+        os.killpg(job.pid, sig)
+        job.wait(SCRIPT_TIMEOUT_SEC)
+        wait_until(lambda: group_gone(job.pid), "every process of the job exits")
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        job.stdout.close()
+    return job
+
+
 def write_script(tmp_path, body: str, name: str = "script.py"):
     script = tmp_path / name
     script.write_text(textwrap.dedent(body))

@@ -15,7 +15,8 @@ import jdata
 from jdata.runtime import forkserver
 from tests.runtime.process_helpers import (PROCESSES, SCRIPT_TIMEOUT_SEC, gone, kill_leftovers,
                                            my_segments, pool_of, python_work, read_line,
-                                           run_script, wait_until, write_script)
+                                           run_script, signal_running_job, wait_until,
+                                           write_script)
 
 # close() stops any number of hung workers within 2 s; the rest is slack for a busy machine.
 _CLOSE_BOUND_SEC = 3.0
@@ -189,3 +190,11 @@ def test_a_hung_udf_on_threads_does_not_block_interpreter_exit(tmp_path):
     result = run_script(script)  # it used to run into the timeout, joining the hung thread
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[0] == "[0, 1]"
+
+
+def test_sigterm_to_the_process_group_leaves_no_processes_or_segments(tmp_path):
+    # As Jupyter stops a kernel, or a shell its job: the fork server, killed
+    # with the rest, used to leave the job's and the workers' segments behind.
+    job = signal_running_job(tmp_path, signal.SIGTERM)
+    assert job.returncode == -signal.SIGTERM
+    assert my_segments(job.pid) == []

@@ -12,15 +12,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from jdata.runtime import segments
-from tests.runtime.process_helpers import (SCRIPT_TIMEOUT_SEC, ScriptResult, group_gone,
-                                           my_segments, read_line, run_script, wait_until,
-                                           write_script)
+from tests.runtime.process_helpers import (ScriptResult, my_segments, run_script,
+                                           signal_running_job, write_script)
 
 _SMALL_SHM_MOUNT = "jdata-test-small-shm"
 
@@ -156,30 +153,7 @@ def test_segments_of_killed_processes_are_swept_by_the_next_process(tmp_path):
     # directory: any other jdata process starting meanwhile would sweep /dev/shm.)
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
-    env = dict(os.environ, JDATA_SHM_DIR=str(shm_dir))
-    victim_script = write_script(tmp_path, """
-        import threading
-        import numpy as np
-        import jdata
-
-        ds = jdata.range(100).map(lambda x: np.full(100_000, x, np.float32),
-                                  num_parallel_calls=2)
-        it = ds.with_options(jdata.Options(engine="processes")).iterator()
-        next(it)
-        print("running", flush=True)
-        threading.Event().wait()
-    """, name="victim.py")
-    victim = subprocess.Popen([sys.executable, str(victim_script)], stdout=subprocess.PIPE,
-                              text=True, cwd=os.getcwd(), start_new_session=True, env=env)
-    try:
-        assert read_line(victim).strip() == "running"
-        os.killpg(victim.pid, signal.SIGKILL)
-        victim.wait(SCRIPT_TIMEOUT_SEC)
-        wait_until(lambda: group_gone(victim.pid), "the killed job's processes are gone")
-    finally:
-        if victim.poll() is None:
-            os.killpg(victim.pid, signal.SIGKILL)
-        victim.stdout.close()
+    victim = signal_running_job(tmp_path, signal.SIGKILL, shm_dir)
     leftovers = os.listdir(shm_dir)
     assert leftovers and all(name.startswith(f"jdata_{victim.pid}_") for name in leftovers)
     next_job = write_script(tmp_path, """
