@@ -17,14 +17,36 @@ from jdata._plan import Node
 
 
 def fingerprint(node: Node) -> str:
+    return fingerprint_value(node)
+
+
+def fingerprint_value(value, shallow: bool = False) -> str:
+    """The digest of anything a plan holds (a UDF, a list of them), by content.
+
+    ``shallow`` sums up arrays, strings and containers of more than
+    ``_SHALLOW_MAX_ITEMS`` items by their type and size: a digest of the code
+    a UDF runs rather than of the data it holds (a vocabulary, a lookup
+    table), which takes microseconds instead of up to seconds.
+    """
     h = hashlib.sha256()
-    _Hasher(h).value(node)
+    _Hasher(h, shallow).value(value)
     return h.hexdigest()
 
 
+_SHALLOW_MAX_ITEMS = 256
+_SIZED = (bytes, str, list, tuple, dict, set, frozenset)
+
+
+def _items(v) -> int:
+    if isinstance(v, _SIZED):
+        return len(v)
+    return v.size if isinstance(v, np.ndarray) else 0
+
+
 class _Hasher:
-    def __init__(self, h):
+    def __init__(self, h, shallow: bool = False):
         self._h = h
+        self._shallow = shallow
         self._seen: set[int] = set()
 
     def _put(self, *parts) -> None:
@@ -34,7 +56,9 @@ class _Hasher:
             self._h.update(data)
 
     def value(self, v) -> None:
-        if isinstance(v, bytes):  # raw: repr of a large record costs 10x its hashing
+        if self._shallow and _items(v) > _SHALLOW_MAX_ITEMS:
+            self._put("large", type(v).__qualname__, getattr(v, "shape", None) or len(v))
+        elif isinstance(v, bytes):  # raw: repr of a large record costs 10x its hashing
             self._put("bytes", v)
         elif isinstance(v, str):
             self._put("str", v.encode("utf-8", "surrogatepass"))

@@ -9,6 +9,11 @@ pipeline code (``engine_key``) for later iterators.
 
 from __future__ import annotations
 
+import functools
+import threading
+from typing import Callable
+
+from jdata import _fingerprint
 from jdata._constants import AUTOTUNE
 from jdata._plan import Node, walk
 from jdata.runtime.context import Context
@@ -60,19 +65,26 @@ def subtree_engine(node: Node, ctx: Context) -> str:
     return "threads"
 
 
-def engine_key(node: Node) -> tuple:
-    """What an engine decision depends on: the ops and the code of their UDFs.
+def engine_key(node: Node) -> Callable[[], str]:
+    """What an engine decision depends on: the ops and the fingerprints of their UDFs.
 
     Rebuilding the same pipeline gives the same key, so a decision measured
-    once serves later iterators; a wrong match would only cost speed.
+    once serves later iterators; a wrong match would only cost speed. UDFs
+    are told apart by content (code, closures, defaults, globals read), so
+    fused maps, ``declare``d UDFs and ``functools.partial``s of different
+    functions, which share a ``__call__``, do not share a decision. The key
+    is computed on demand (``initial_engine`` needs it only for
+    ``engine="auto"``).
     """
-    parts = []
-    for n in walk(node):
-        fn = getattr(n, "fn", None) or getattr(n, "map_fn", None)
-        code = getattr(fn, "__code__", None) or getattr(
-            getattr(type(fn), "__call__", None), "__code__", None)
-        parts.append((type(n), code))
-    return tuple(parts)
+    return functools.partial(_udf_fingerprint, node)
+
+
+def _udf_fingerprint(node: Node) -> str:
+    # Shallow: what the UDFs hold (a vocabulary, a table) would cost up to
+    # seconds per iterator to hash, and decides nothing about the GIL.
+    return _fingerprint.fingerprint_value(
+        [(type(n), [v for v in n.params().values() if callable(v)]) for n in walk(node)],
+        shallow=True)
 
 
 def describe_engine(node: Node, ctx: Context) -> str:
@@ -86,27 +98,51 @@ def describe_engine(node: Node, ctx: Context) -> str:
 
 
 def initial_engine(engine: str, cpu_budget: int, parallelism: int,
-                    decision_key) -> tuple[str, str, EngineChooser | None]:
-    """``(engine to start on, why, chooser)``: ``"auto"`` starts on threads and
-    measures, unless one core makes it moot or an earlier iterator decided."""
+                   decision_key: Callable[[], str] | None
+                   ) -> tuple[str, str, EngineChooser | None, str | None]:
+    """``(engine to start on, why, chooser, key)``: ``"auto"`` starts on threads and
+    measures, unless one core makes it moot or an earlier iterator decided.
+
+    ``key`` is ``decision_key()``, computed for ``"auto"`` only (else None).
+    """
     if engine != "auto":
         reason = ("a fixed num_parallel_calls, Options(engine='threads'), or JAX code in "
                   "the work (XLA releases the GIL)"
                   if engine == "threads" else f"Options(engine={engine!r})")
-        return engine, reason, None
+        return engine, reason, None, None
     if cpu_budget < 2 or parallelism < 2:
-        return "threads", "one core or one worker: processes cannot run more at once", None
-    earlier = _DECISIONS.get(decision_key) if decision_key is not None else None
+        return "threads", "one core or one worker: processes cannot run more at once", None, None
+    key = decision_key() if decision_key is not None else None
+    earlier = _decision(key)
     if earlier is not None:
-        return earlier[0], f"{earlier[1]} (measured by an earlier iterator)", None
+        return earlier[0], f"{earlier[1]} (measured by an earlier iterator)", None, key
     return ("threads", "chosen by measurement after the first chunks",
-            EngineChooser(cpu_budget, decision_key))
+            EngineChooser(cpu_budget, key), key)
 
 
-# Engine decisions by the code they measured (see ``engine_key``), for
-# later iterators of the same pipeline; bounded, as pipelines may be built anew.
-_DECISIONS: dict = {}
+# Engine decisions by the UDFs they measured (see ``engine_key``), for later
+# iterators of the same pipeline; bounded, as pipelines may be built anew.
+# Iterators on several threads read and write them: under _DECISIONS_LOCK.
+_DECISIONS: dict[str, tuple[str, str]] = {}
+_DECISIONS_LOCK = threading.Lock()
 _MAX_DECISIONS = 1024
+
+
+def _decision(key: str | None) -> tuple[str, str] | None:
+    if key is None:
+        return None
+    with _DECISIONS_LOCK:
+        return _DECISIONS.get(key)
+
+
+def remember(key: str | None, decision: tuple[str, str]) -> None:
+    """Keeps ``(engine, reason)`` for later iterators of the pipeline ``key`` names."""
+    if key is None:
+        return
+    with _DECISIONS_LOCK:
+        if len(_DECISIONS) >= _MAX_DECISIONS:
+            _DECISIONS.clear()
+        _DECISIONS[key] = decision
 
 
 class EngineChooser:
@@ -121,7 +157,7 @@ class EngineChooser:
     waited for the pool: otherwise the UDF is not the bottleneck.
     """
 
-    def __init__(self, cpu_budget: int, decision_key=None):
+    def __init__(self, cpu_budget: int, decision_key: str | None = None):
         self._cpu_budget = cpu_budget
         self._key = decision_key
         self._chunks = 0
@@ -138,10 +174,8 @@ class EngineChooser:
         pipeline built again) start with it instead of measuring again.
         """
         decision = self._decide(timing, waited, threads)
-        if decision is not None and self._key is not None:
-            if len(_DECISIONS) >= _MAX_DECISIONS:
-                _DECISIONS.clear()
-            _DECISIONS[self._key] = decision
+        if decision is not None:
+            remember(self._key, decision)
         return decision
 
     def _decide(self, timing, waited: float, threads: int) -> tuple[str, str] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import queue
 import threading
 import time
 from typing import Callable
@@ -24,7 +25,6 @@ def resolve_parallelism(num_parallel_calls: int) -> int:
     if num_parallel_calls > 0:
         return num_parallel_calls
     return usable_cores()
-
 
 
 class _Gate:
@@ -51,6 +51,55 @@ class _Gate:
             self._cond.notify()
 
 
+class _DaemonThreads:
+    """A pool of daemon threads running submitted calls, in submission order.
+
+    ``concurrent.futures.ThreadPoolExecutor`` joins its threads at
+    interpreter exit, so one hung UDF would keep the user's program from
+    ever exiting; daemon threads do not hold it. Threads start on demand,
+    when no idle one can take a call, up to ``max_threads``.
+    """
+
+    def __init__(self, max_threads: int):
+        self._max_threads = max_threads
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._threads = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable, *args) -> cf.Future:
+        future: cf.Future = cf.Future()
+        self._calls.put((future, fn, args))
+        if not self._idle.acquire(blocking=False):
+            with self._lock:
+                if self._threads < self._max_threads:
+                    self._threads += 1
+                    threading.Thread(target=self._serve, name=f"jdata-{self._threads}",
+                                     daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            future, fn, args = call
+            del call
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as e:
+                    future.set_exception(e)
+            del future, fn, args  # nothing of a finished call kept alive while idle
+            self._idle.release()
+
+    def shutdown(self) -> None:
+        """Lets calls already submitted run, then ends the threads."""
+        with self._lock:
+            for _ in range(self._threads):
+                self._calls.put(None)
+
+
 class ThreadExecutor:
     """Runs the job on threads.
 
@@ -62,8 +111,7 @@ class ThreadExecutor:
     def __init__(self, job: Callable, workers: int, cpu_budget: int):
         self._job = job
         self._gate = _Gate(workers)
-        self._executor = cf.ThreadPoolExecutor(max(workers, cpu_budget),
-                                               thread_name_prefix="jdata")
+        self._threads = _DaemonThreads(max(workers, cpu_budget))
 
     def resize(self, workers: int) -> None:
         self._gate.set_limit(workers)
@@ -75,10 +123,8 @@ class ThreadExecutor:
             return outcomes, (start, time.perf_counter(), time.thread_time() - cpu_start)
 
     def submit(self, items) -> cf.Future:
-        return self._executor.submit(self._run, items)
+        return self._threads.submit(self._run, items)
 
     def shutdown(self) -> None:
         # Chunks already queued still run (an engine switch drains them).
-        self._executor.shutdown(wait=False)
-
-
+        self._threads.shutdown()

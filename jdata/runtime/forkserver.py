@@ -7,17 +7,27 @@ the user's ``__main__`` module in every worker (scripts without an
 are cloudpickled. So one server process per user process, started with a
 clean interpreter that imports jdata once, forks workers on request: a
 request passes a worker's two pipe ends (``socket.send_fds``) and gets back
-its pid.
+its pid. ``fork`` starts a new server if the last one died.
 
-The server reaps its workers, unlinks the shared-memory segments of any
-worker that died without doing so, and exits (unlinking whatever is left)
-when the user's process closes the connection or dies.
+- The server and its workers see no accelerator (``_CPU_ONLY_ENV``): each
+  worker that initialized one would claim device memory of its own (JAX
+  preallocates most of a GPU's), and a TPU chip admits a single process.
+- At start the server sweeps the shared-memory segments dead processes left
+  (``segments.sweep``); it reaps its workers and unlinks the segments of any
+  that died without doing so.
+- Nothing outlives the user's process: when it dies (a pidfd, so even while
+  a forked child of it holds the connection open) or closes the connection,
+  the server kills its workers, unlinks what they left and exits; a worker
+  dies with the server (``PR_SET_PDEATHSIG``), even inside a UDF that never
+  returns.
 """
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
+import select
 import signal
 import socket
 import struct
@@ -26,22 +36,28 @@ import sys
 import threading
 import traceback
 
-from jdata.runtime import worker
+from jdata.runtime import segments, worker
 
 _PID = struct.Struct("q")
+# Hide GPUs and TPUs from JAX, CUDA (PyTorch, TensorFlow, CuPy...) and ROCm in
+# the server and so in every worker; the user's process keeps its own environment.
+_CPU_ONLY_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def _unlink_segments(pattern: str) -> None:
-    for path in glob.glob(os.path.join(worker.SEGMENT_DIR, pattern)):
-        worker.unlink(os.path.basename(path))
+    for path in glob.glob(os.path.join(segments.SEGMENT_DIR, pattern)):
+        segments.unlink(os.path.basename(path))
 
 
-def serve(fd: int, parent_pid: int) -> None:
-    """The server's main loop (runs in the server process)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sock = socket.socket(fileno=fd)
+class _Workers:
+    """The server's children: reaped as they exit, killed when the user's process is gone."""
 
-    def reap(*_):
+    def __init__(self, session: str):
+        self.session = session
+        self.pids: set[int] = set()
+
+    def reap(self, *_) -> None:
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -49,11 +65,50 @@ def serve(fd: int, parent_pid: int) -> None:
                 return
             if pid == 0:
                 return
-            _unlink_segments(worker.segment_name(parent_pid, pid, "*"))
+            self.pids.discard(pid)
+            _unlink_segments(segments.segment_name(self.session, pid, "*"))
 
-    signal.signal(signal.SIGCHLD, reap)
+    def kill_all(self) -> None:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # reaped here from now on
+        running = [pid for pid in self.pids if _running_child(pid)]
+        for pid in running:
+            os.kill(pid, signal.SIGKILL)
+        for pid in running:
+            os.waitpid(pid, 0)
+        _unlink_segments(self.session + "_*")
+
+
+def _running_child(pid: int) -> bool:
+    """Whether ``pid`` is a child not yet exited (so not a pid reused by another process).
+
+    ``pids`` may hold a child reaped before it was added, as the handler can
+    run between the fork and the addition.
+    """
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == 0
+    except ChildProcessError:
+        return False
+
+
+def serve(fd: int, session: str, user_pid: int) -> None:
+    """The server's main loop (runs in the server process)."""
+    # Ctrl-C, and SIGTERM to the process group (Jupyter stopping a kernel, a
+    # shell's job control), would kill the server before it cleans up; it
+    # outlives the user's process by as long as that takes (as
+    # multiprocessing's resource tracker does). Workers handle SIGTERM themselves.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    user_gone = _watch(user_pid)
+    workers = _Workers(session)
+    server_pid = os.getpid()
+    signal.signal(signal.SIGCHLD, workers.reap)
+    segments.sweep(session)
     try:
         while True:
+            ready, _, _ = select.select([sock] + ([user_gone] if user_gone else []), [], [])
+            if user_gone in ready:
+                break
             try:
                 _, fds, _, _ = socket.recv_fds(sock, 1, 2)
             except OSError:
@@ -64,21 +119,38 @@ def serve(fd: int, parent_pid: int) -> None:
             if pid == 0:
                 sock.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _run_worker(fds, parent_pid)
+                _run_worker(fds, session, server_pid)
+            workers.pids.add(pid)
             for child_fd in fds:
                 os.close(child_fd)
             sock.sendall(_PID.pack(pid))
     finally:
-        _unlink_segments(worker.segment_name(parent_pid, "*", "*"))
+        workers.kill_all()
 
 
-def _run_worker(fds: list[int], parent_pid: int) -> None:
+def _watch(pid: int) -> int | None:
+    """A descriptor readable once ``pid`` exits (None where pidfds are missing)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3; the connection's EOF still tells
+        return None
+
+
+def _die_with(server_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != server_pid:  # the server died before the request took effect
+        os._exit(1)
+
+
+def _run_worker(fds: list[int], session: str, server_pid: int) -> None:
     from multiprocessing.connection import Connection
 
     code = 0
     try:
+        _die_with(server_pid)
         worker.main(Connection(fds[0], writable=False), Connection(fds[1], readable=False),
-                    parent_pid)
+                    session)
     except SystemExit as e:  # SIGTERM
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
@@ -86,6 +158,10 @@ def _run_worker(fds: list[int], parent_pid: int) -> None:
         code = 1
     finally:
         os._exit(code)
+
+
+class ServerGone(RuntimeError):
+    """The fork server died or closed its connection."""
 
 
 class Server:
@@ -101,13 +177,21 @@ class Server:
                 cls._instance = Server()
             return cls._instance
 
+    @classmethod
+    def replace(cls, dead: Server) -> None:
+        """Forgets ``dead`` (unless another thread replaced it already): ``get`` starts anew."""
+        with cls._lock:
+            if cls._instance is dead:
+                cls._instance = None
+        dead.close(0)
+
     def __init__(self):
         self.pid = os.getpid()
         self._sock, theirs = socket.socketpair()
         path = [os.getcwd() if p == "" else p for p in sys.path]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **_CPU_ONLY_ENV)
         code = (f"from jdata.runtime import forkserver; "
-                f"forkserver.serve({theirs.fileno()}, {self.pid})")
+                f"forkserver.serve({theirs.fileno()}, {segments.session()!r}, {self.pid})")
         self._process = subprocess.Popen([sys.executable, "-c", code], env=env,
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         theirs.close()
@@ -125,7 +209,7 @@ class Server:
                         raise OSError("the server closed the connection")
                     reply += chunk
             except OSError as e:
-                raise RuntimeError(
+                raise ServerGone(
                     f"jdata: the worker fork server (pid {self._process.pid}) is gone "
                     f"(exit code {self._process.poll()}): {e}") from e
         return _PID.unpack(reply)[0]
@@ -135,8 +219,22 @@ class Server:
         try:
             self._process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self._process.kill()
+            self._process.kill()  # it kills its workers only when it can run: they die with it
             self._process.wait()
+
+
+def fork(fds: list[int]) -> int:
+    """Starts a worker holding ``fds`` through this process's server; its pid.
+
+    A server found dead (killed, out of memory) is replaced, so that the
+    process engine does not stay broken for the life of the process.
+    """
+    server = Server.get()
+    try:
+        return server.fork(fds)
+    except ServerGone:
+        Server.replace(server)
+        return Server.get().fork(fds)
 
 
 def shutdown(timeout: float = 5.0) -> None:

@@ -3,10 +3,15 @@
 An ``Outcome`` crosses threads as it is and worker processes as a pickle:
 an error leaving a process carries its traceback as text (tracebacks do not
 pickle), chained under the UDF's own exception as a ``RemoteTraceback``.
+An exception that does not survive pickling travels as a ``RemoteError``
+with its type and message, still inside its ``UDFError``, so that
+``ignore_errors()`` and error handlers see the same error types whichever
+engine ran the UDF.
 """
 
 from __future__ import annotations
 
+import copy
 import traceback
 from typing import Any, Callable
 
@@ -16,9 +21,13 @@ from jdata._errors import UDFError
 
 
 class WorkerError(RuntimeError):
-    """A worker process died or could not start: the iterator cannot go on."""
+    """A worker process died or could not start: the iterator cannot go on.
 
+    ``computing`` is true on the error of the work a worker died computing
+    (not on that of work queued behind it).
+    """
 
+    computing = False
 
 
 class Outcome:
@@ -39,7 +48,11 @@ class Outcome:
         # (tracebacks do not pickle) and becomes picklable if it was not.
         if self.error is None:
             return Outcome, (self.value,)
-        return _remote_outcome, (_picklable(self.error), _traceback_text(_innermost(self.error)))
+        error, message = self.error, None
+        text = _traceback_text(_innermost(error))
+        if not _survives_pickling(error):
+            error, message = _with_picklable_cause(error), str(error)
+        return _remote_outcome, (error, text, message)
 
 
 class RemoteTraceback(Exception):
@@ -47,6 +60,18 @@ class RemoteTraceback(Exception):
 
     def __str__(self):
         return "\n" + self.args[0]
+
+
+class RemoteError(Exception):
+    """An exception raised in a worker process that could not travel as itself
+    (it does not pickle): ``type_name`` and its message."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(type_name, message)
+        self.type_name = type_name
+
+    def __str__(self):
+        return f"{self.args[0]}: {self.args[1]}"
 
 
 def _innermost(error: BaseException) -> BaseException:
@@ -58,20 +83,38 @@ def _traceback_text(error: BaseException) -> str:
     return "".join(traceback.format_exception(error))
 
 
-def _picklable(error: BaseException) -> BaseException:
+def _survives_pickling(error: BaseException) -> bool:
     try:
         cloudpickle.loads(cloudpickle.dumps(error))
-        return error
+        return True
     except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
+        return False
 
 
-def _remote_outcome(error: BaseException, text: str) -> Outcome:
-    # The UDF's own exception gets the remote traceback chained, so the user
-    # sees where it failed in the worker.
+def _stand_in(error: BaseException) -> BaseException:
+    return error if _survives_pickling(error) else RemoteError(type(error).__name__, str(error))
+
+
+def _with_picklable_cause(error: BaseException) -> BaseException:
+    """``error`` with what does not pickle replaced by a ``RemoteError``.
+
+    A ``UDFError`` (``DataError`` included) stays one, with its op and
+    position; only its cause is replaced, when that is what fails.
+    """
+    if not isinstance(error, UDFError):
+        return _stand_in(error)
+    clone = copy.copy(error)
+    clone.__cause__ = _stand_in(error.__cause__)
+    return clone if _survives_pickling(clone) else _stand_in(error)
+
+
+def _remote_outcome(error: BaseException, text: str, message: str | None) -> Outcome:
+    # The UDF's own exception (or its stand-in) gets the remote traceback
+    # chained, so the user sees where it failed in the worker.
     _innermost(error).__cause__ = RemoteTraceback(text)
+    if message is not None and isinstance(error, UDFError):
+        error.args = (message,)  # the worker's: it names the original exception type
     return Outcome(error=error)
-
 
 
 def compute_all(fn: Callable, items) -> list[Outcome]:

@@ -5,7 +5,8 @@ processing time (``ChunkSizer``), so that cheap functions do not pay a
 thread hand-off per element. A ``Pool`` runs its chunks on threads or, for
 UDFs that hold the GIL, in worker processes (``jdata.runtime.processes``);
 with ``engine="auto"`` an ``EngineChooser`` (``jdata.runtime.engine``)
-moves it from threads to processes by measurement. Neither the outputs nor
+moves it from threads to processes by measurement, and back to threads if
+shared memory has no room for the processes' work. Neither the outputs nor
 the states depend on the engine.
 """
 
@@ -18,9 +19,10 @@ import time
 from typing import Any, Callable
 
 from jdata.runtime import executors, memory
-from jdata.runtime.engine import initial_engine
+from jdata.runtime.engine import initial_engine, remember
 from jdata.runtime.iterator import Reader
-from jdata.runtime.outcomes import Outcome, compute_all
+from jdata.runtime.outcomes import Outcome, WorkerError, compute_all
+from jdata.runtime.segments import SharedMemoryError
 from jdata.runtime.stats import OpStats
 
 # A chunk should take about this long, so thread hand-offs stay negligible.
@@ -127,7 +129,8 @@ class Pool:
 
     ``engine`` is ``"threads"``, ``"processes"`` or ``"auto"``: start on
     threads and move to processes if the first chunks show that the job
-    holds the GIL (see ``EngineChooser``).
+    holds the GIL (see ``EngineChooser``); ``"auto"`` goes back to threads
+    where shared memory has no room for the processes' work.
     """
 
     def __init__(self, job: Callable, parallelism: int, engine: str = "threads",
@@ -135,14 +138,22 @@ class Pool:
         self.job = job
         self.parallelism = parallelism
         self.cpu_budget = cpu_budget or executors.usable_cores()
+        # (tags, items, future) per chunk, oldest first.
         self.inflight: collections.deque = collections.deque()
-        self.engine, self.engine_reason, self.chooser = initial_engine(
+        self._auto = engine == "auto"
+        self.engine, self.engine_reason, self.chooser, self._key = initial_engine(
             engine, self.cpu_budget, parallelism, decision_key)
-        self._executor = self._start(self.engine)
-        self.sizer = ChunkSizer(chunk_target(self.engine))
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
                              engine_reason=self.engine_reason)
         memory.track(self.stats)
+        try:
+            self._executor = self._start(self.engine)
+        except SharedMemoryError as e:  # processes, as an earlier iterator decided
+            if not self._auto:
+                raise
+            self._executor = self._start("threads")
+            self._stay_on_threads(e)
+        self.sizer = ChunkSizer(chunk_target(self.engine))
 
     def _start(self, engine: str):
         if engine == "processes":
@@ -168,7 +179,7 @@ class Pool:
         return max(1, size)
 
     def submit(self, items: list, tags: list) -> None:
-        self.inflight.append((tags, self._executor.submit(items)))
+        self.inflight.append((tags, items, self._executor.submit(items)))
 
     def take(self, deterministic: bool) -> list[tuple[Any, Outcome]]:
         """The next finished chunk as ``(tag, outcome)`` pairs.
@@ -176,23 +187,54 @@ class Pool:
         The oldest chunk when deterministic, else whichever finishes first.
         """
         if deterministic:
-            tags, future = self.inflight.popleft()
+            tags, items, future = self.inflight.popleft()
         else:
-            done, _ = cf.wait([f for _, f in self.inflight], return_when=cf.FIRST_COMPLETED)
-            position = next(i for i, (_, f) in enumerate(self.inflight) if f in done)
-            tags, future = self.inflight[position]
+            done, _ = cf.wait([f for _, _, f in self.inflight], return_when=cf.FIRST_COMPLETED)
+            position = next(i for i, (_, _, f) in enumerate(self.inflight) if f in done)
+            tags, items, future = self.inflight[position]
             del self.inflight[position]
         if future.done():
             waited = 0.0
-            outcomes, timing = future.result()
+            outcomes, timing = self._result(tags, items, future)
         else:
             start = time.perf_counter()
-            outcomes, timing = future.result()
+            outcomes, timing = self._result(tags, items, future)
             waited = time.perf_counter() - start
         self._record(outcomes, timing, waited)
         if self.chooser is not None:  # measuring on threads
             self._maybe_switch(timing, waited)
         return list(zip(tags, outcomes, strict=True))
+
+    def _result(self, tags: list, items: list, future: cf.Future) -> tuple[list, tuple]:
+        try:
+            return future.result()
+        except SharedMemoryError as e:
+            if not self._auto:
+                raise SharedMemoryError(f"{e} ({_chunk(tags)})") from None
+            self._fall_back_to_threads(e)
+            return self._executor.submit(items).result()
+        except WorkerError as e:  # raised in the collector: its traceback would say nothing
+            raise WorkerError(f"{e} ({self._culprit(e, tags, items)})") from None
+
+    def _culprit(self, error: WorkerError, tags: list, items: list) -> str:
+        """Which input of the chunk killed its worker, found by running them again one at a time.
+
+        Only after a death, so the chunks keep their size (no per-element
+        bookkeeping in the worker); inputs are computed by position, so a
+        deterministic crash happens again (each replaced worker dies once).
+        """
+        if not error.computing:
+            return _chunk(tags)
+        if len(tags) == 1:
+            return f"it died on the input at position {tags[0]}"
+        for tag, item in zip(tags, items):
+            try:
+                self._executor.submit([item]).result()
+            except WorkerError as again:
+                if again.computing:
+                    return f"it died on the input at position {tag}"
+                break  # no worker can start, or no room in shared memory: no answer
+        return f"{_chunk(tags)}; run again one at a time, none of them killed a worker"
 
     def _record(self, outcomes: list, timing: tuple, waited: float) -> None:
         busy = timing[1] - timing[0]
@@ -201,7 +243,7 @@ class Pool:
         stats.elements += len(outcomes)
         stats.busy_sec += busy
         stats.wait_sec += waited
-        stats.buffered = sum(len(tags) for tags, _ in self.inflight)
+        stats.buffered = sum(len(tags) for tags, _, _ in self.inflight)
         if outcomes and outcomes[0].error is None:
             stats.record_bytes(outcomes[0].value)
         stats.held_bytes = int(stats.buffered * stats.bytes_per_element)
@@ -212,16 +254,40 @@ class Pool:
             return
         engine, reason = decision
         if engine == "processes":
-            old, self._executor = self._executor, self._start("processes")
+            try:
+                processes = self._start("processes")
+            except SharedMemoryError as e:
+                self._stay_on_threads(e)
+                return
+            old, self._executor = self._executor, processes
             old.shutdown()  # its chunks in flight still finish and are taken in order
             self.sizer = ChunkSizer(chunk_target(engine))
+        self._settle(engine, reason)
+
+    def _fall_back_to_threads(self, error: SharedMemoryError) -> None:
+        """Moves the work to threads after a task found no room in shared memory."""
+        old, self._executor = self._executor, self._start("threads")
+        old.shutdown()  # settles every future: done, failed or cancelled
+        self.inflight = collections.deque(
+            (tags, items, future if _succeeded(future) else self._executor.submit(items))
+            for tags, items, future in self.inflight)
+        self.sizer = ChunkSizer(chunk_target("threads"))
+        self._stay_on_threads(error)
+
+    def _stay_on_threads(self, error: SharedMemoryError) -> None:
+        # Remembered, so later iterators of the pipeline do not try processes again.
+        reason = f"worker processes would not fit in shared memory: {error}"
+        remember(self._key, ("threads", reason))
+        self._settle("threads", reason)
+
+    def _settle(self, engine: str, reason: str) -> None:
         # Published last (other threads read them: stats, tests): no half-made decision shows.
         self.engine, self.engine_reason = engine, reason
         self.stats.engine, self.stats.engine_reason = engine, reason
         self.chooser = None
 
     def cancel(self) -> None:
-        for _, future in self.inflight:
+        for _, _, future in self.inflight:
             future.cancel()
         self.inflight.clear()
 
@@ -229,6 +295,16 @@ class Pool:
         self.cancel()
         self._executor.shutdown()
 
+
+def _succeeded(future: cf.Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+def _chunk(tags: list) -> str:
+    """Which inputs a chunk held, for errors."""
+    if len(tags) == 1:
+        return f"the chunk held the input at position {tags[0]}"
+    return f"the chunk held the {len(tags)} inputs at positions {tags[0]} to {tags[-1]}"
 
 
 def chunk_target(engine: str) -> float:

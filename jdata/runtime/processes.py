@@ -12,15 +12,21 @@ the same exact state).
   random-access subtree) is cloudpickled, so lambdas, closures and functions
   defined in ``__main__`` work.
 - Inputs go to workers pickled; outputs come back with their NumPy arrays
-  in shared memory (see ``jdata.runtime.worker``), copied out on arrival.
+  in shared memory (``jdata.runtime.segments``), copied out on arrival. A
+  full shared-memory directory fails the job (or a task) with a
+  ``SharedMemoryError``, never a SIGBUS.
 - Exceptions raised in a worker come back with the worker's traceback
-  chained as the innermost ``__cause__``.
+  chained as the innermost ``__cause__``; a worker's death fails its tasks
+  with a ``WorkerError`` that says which one it died on.
 - Nothing outlives the executor: ``shutdown()`` (called by ``close()``, by
-  garbage collection through a finalizer, and at interpreter exit) stops the
-  workers, terminating (then killing) those that do not stop, and unlinks
-  the shared-memory segments of workers that could not clean up after
-  themselves; the fork server reaps them. A worker whose parent dies exits
-  on its own.
+  garbage collection through a finalizer, and at interpreter exit) stops
+  the workers, terminating then killing those that do not stop, all at once
+  and within ``_STOP_SEC`` whatever their number, and unlinks the
+  shared-memory segments of workers that could not clean up after
+  themselves; the fork server reaps them. In any process but the one that
+  created the executor (a child of ``os.fork()``), ``shutdown()`` does
+  nothing: the workers are not that process's. Workers die with the fork
+  server, and the server with the user's process.
 """
 
 from __future__ import annotations
@@ -33,17 +39,23 @@ import os
 import pickle
 import signal
 import threading
+import time
 import weakref
 from multiprocessing.connection import Connection
 
 import cloudpickle
 
-from jdata.runtime import forkserver
+from jdata.runtime import forkserver, segments
 from jdata.runtime import worker as worker_module
 from jdata.runtime.outcomes import WorkerError
 
-# How long shutdown waits for a worker to stop before terminating (then killing) it.
-_STOP_TIMEOUT_SEC = 2.0
+# Shutdown stops every worker within _STOP_SEC, whatever their number: those
+# between tasks exit when their task pipe closes; after _TERM_AFTER_SEC the
+# rest get SIGTERM (which stops a UDF running Python code), after
+# _KILL_AFTER_SEC SIGKILL.
+_STOP_SEC = 2.0
+_TERM_AFTER_SEC = 1.0
+_KILL_AFTER_SEC = 1.5
 # How often the collector looks for new workers and a shutdown.
 _POLL_SEC = 0.5
 
@@ -55,11 +67,11 @@ class _Worker:
     on its result pipe, which it holds until it exits.
     """
 
-    def __init__(self, index: int, job_segment: worker_module.Segment):
+    def __init__(self, index: int, job_segment: segments.Segment):
         task_reader, task_writer = os.pipe()
         result_reader, result_writer = os.pipe()
         try:
-            self.pid = forkserver.Server.get().fork([task_reader, result_writer])
+            self.pid = forkserver.fork([task_reader, result_writer])
         except BaseException:
             os.close(task_writer)
             os.close(result_reader)
@@ -77,34 +89,45 @@ class _Worker:
         # job of many megabytes, e.g. an in-memory dataset, far slower).
         self.tasks.send_bytes(cloudpickle.dumps(job_segment.name))
 
-    def stop(self) -> None:
-        """Closes its task pipe and waits for its exit; terminates, then kills, a slow one."""
-        self.tasks.close()
-        for sig in (None, signal.SIGTERM, signal.SIGKILL):
-            if sig is not None:
-                try:
-                    os.kill(self.pid, sig)
-                except ProcessLookupError:
-                    break
-            if _wait_for_eof(self.results, _STOP_TIMEOUT_SEC):
-                break
-        self.results.close()
+
+def _stop_all(workers: list[_Worker], start: float) -> None:
+    """Stops ``workers``, whose task pipes are closed, together: by ``start + _STOP_SEC``
+    each has exited or been killed."""
+    running = _wait_for_exits(workers, start + _TERM_AFTER_SEC)
+    for sig, until in ((signal.SIGTERM, _KILL_AFTER_SEC), (signal.SIGKILL, _STOP_SEC)):
+        for w in running:
+            try:
+                # Not yet at EOF, so not exited: the pid is still this worker's.
+                os.kill(w.pid, sig)
+            except ProcessLookupError:
+                pass
+        running = _wait_for_exits(running, start + until)
+    for w in workers:
+        w.results.close()
 
 
-def _wait_for_eof(conn: Connection, timeout: float) -> bool:
-    """Discards what ``conn`` still carries until it ends; False on timeout."""
-    while multiprocessing.connection.wait([conn], timeout):
-        try:
-            conn.recv_bytes()
-        except (EOFError, OSError):
-            return True
-    return False
+def _wait_for_exits(workers: list[_Worker], deadline: float) -> list[_Worker]:
+    """Discards what the workers still send until their pipes end; those still running."""
+    running = {w.results: w for w in workers}
+    while running:
+        # Past the deadline, one look still finds those that have exited.
+        ready = multiprocessing.connection.wait(list(running),
+                                                max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        for conn in ready:
+            try:
+                conn.recv_bytes()
+            except (EOFError, OSError):
+                del running[conn]
+    return list(running.values())
 
 
 class _Shared:
     """What the collector thread and the finalizer need; never refers to the executor."""
 
-    def __init__(self, job_segment: worker_module.Segment):
+    def __init__(self, job_segment: segments.Segment):
+        self.owner_pid = os.getpid()
         self.job_segment = job_segment
         self.lock = threading.Lock()
         self.freed = threading.Condition(self.lock)  # a worker's task slot came free
@@ -113,7 +136,7 @@ class _Shared:
         # collector may still be waiting on them.
         self.dead: list[_Worker] = []
         self.futures: dict[int, tuple[_Worker, cf.Future]] = {}
-        self.segments: dict[str, worker_module.Segment] = {}
+        self.segments: dict[str, segments.Segment] = {}
         self.closing = False
         self.fatal: str | None = None
         self.wake_r, self.wake_w = multiprocessing.connection.Pipe(duplex=False)
@@ -153,54 +176,89 @@ class _Shared:
         except (EOFError, OSError):
             self._died(w)
             return
+        if self.closing:
+            return  # every future is cancelled
         if message[0] == "fatal":
             self.fatal = message[1]
             self._died(w)
-            return
-        task_id, name, spans, retired, payload, timing = message
-        for old in retired:
-            segment = self.segments.pop(old, None)
-            if segment is not None:
-                segment.close()
+        elif message[0] == "failed":  # its results found no room in shared memory
+            _, task_id, retired, error = message
+            self._retire(retired)
+            future = self._settle(w, task_id)
+            if future is not None:
+                future.set_exception(error)
+        else:
+            self._deliver(w, *message[1:])
+
+    def _deliver(self, w: _Worker, task_id, name, spans, retired, payload, timing) -> None:
+        self._retire(retired)
         buffers = []
         if name is not None:
             w.segment_names.add(name)
             segment = self.segments.get(name)
             if segment is None:
-                segment = self.segments[name] = worker_module.Segment(name)
+                try:
+                    segment = self.segments[name] = segments.Segment(name)
+                except FileNotFoundError:  # killed since: the fork server unlinked it
+                    self._died(w)
+                    return
             buffers = [bytearray(segment.buf[offset:offset + n]) for offset, n in spans]
+        future = self._settle(w, task_id)
+        if future is None:
+            return
+        try:
+            future.set_result((pickle.loads(payload, buffers=buffers), timing))
+        except Exception as e:  # an outcome that cannot be rebuilt here
+            future.set_exception(e)
+
+    def _retire(self, names: list[str]) -> None:
+        for name in names:
+            segment = self.segments.pop(name, None)
+            if segment is not None:
+                segment.close()
+
+    def _settle(self, w: _Worker, task_id: int) -> cf.Future | None:
+        """Frees the task's slot: its future, unless cancelled (by a restore or shutdown)."""
         with self.lock:
             _, future = self.futures.pop(task_id, (None, None))
             w.outstanding -= 1
             self.freed.notify_all()
         if future is None or not future.set_running_or_notify_cancel():
-            return  # cancelled by a restore or shutdown
-        try:
-            future.set_result((pickle.loads(payload, buffers=buffers), timing))
-        except Exception as e:  # an outcome that cannot be rebuilt here
-            future.set_exception(e)
+            return None
+        return future
 
     def _died(self, w: _Worker) -> None:
         with self.lock:
             if not w.alive:
                 return
             w.alive = False
-            lost = [(tid, f) for tid, (owner, f) in self.futures.items() if owner is w]
+            # A worker computes its tasks in order: it died on the oldest one left.
+            lost = sorted((tid, f) for tid, (owner, f) in self.futures.items() if owner is w)
             for tid, _ in lost:
                 del self.futures[tid]
             self.freed.notify_all()
         if self.closing:
             return
-        detail = (f"; it failed to start:\n{self.fatal}" if self.fatal else
-                  " (killed, out of memory, or the UDF called os._exit?)")
-        error = WorkerError(f"jdata: worker process {w.name} died{detail}")
-        for _, future in lost:
+        for i, (_, future) in enumerate(lost):
             if future.set_running_or_notify_cancel():
+                error = WorkerError(self._death_message(w, first=i == 0))
+                error.computing = i == 0 and not self.fatal
                 future.set_exception(error)
+
+    def _death_message(self, w: _Worker, first: bool) -> str:
+        if self.fatal:
+            return f"jdata: worker process {w.name} failed to start:\n{self.fatal}"
+        when = ("while computing this chunk" if first
+                else "before computing this chunk (queued behind the one it died on)")
+        return (f"jdata: worker process {w.name} died {when} (killed, out of memory, or the "
+                "UDF called os._exit or crashed the interpreter?)")
 
     # -- shutdown --
 
     def shutdown(self) -> None:
+        if os.getpid() != self.owner_pid:
+            return  # a forked child's copy: the workers are its parent's
+        start = time.monotonic()
         with self.lock:
             if self.closing:
                 return
@@ -210,15 +268,16 @@ class _Shared:
             self.futures.clear()
         _send_quietly(self.wake_w, None)
         if self.collector.is_alive() and self.collector is not threading.current_thread():
-            self.collector.join(_STOP_TIMEOUT_SEC)
-        # Closing a task pipe (never blocks, unlike sending a message to a
-        # busy worker) makes the worker see EOF and exit.
+            # Woken, it stops at once, unless it is copying out a large result. Workers
+            # are told to stop only after: one that exits unlinks the segments its
+            # last results (still in the pipe) name.
+            self.collector.join(max(0.0, start + _TERM_AFTER_SEC - time.monotonic()))
         for w in workers:
-            w.tasks.close()
+            w.tasks.close()  # never blocks, unlike a message to a busy worker: it exits at EOF
+        _stop_all(workers, start)
         for w in workers:
-            w.stop()
             for name in w.segment_names:  # gone already unless it was killed
-                worker_module.unlink(name)
+                segments.unlink(name)
         for segment in self.segments.values():
             segment.close()
         self.segments.clear()
@@ -241,9 +300,10 @@ def _send_quietly(conn, message) -> None:
 _job_serial = itertools.count()
 
 
-def _job_segment(job_bytes: bytes) -> worker_module.Segment:
-    name = worker_module.segment_name(os.getpid(), "job", next(_job_serial))
-    segment = worker_module.Segment(name, max(1, len(job_bytes)))
+def _job_segment(job_bytes: bytes) -> segments.Segment:
+    name = segments.segment_name(segments.session(), "job", next(_job_serial))
+    segment = segments.Segment.create(
+        name, max(1, len(job_bytes)), "the job (the UDF, with the in-memory data it holds)")
     segment.buf[:len(job_bytes)] = job_bytes
     return segment
 
@@ -293,6 +353,10 @@ class ProcessExecutor:
         until they arrive.)
         """
         shared = self._shared
+        if os.getpid() != shared.owner_pid:
+            raise RuntimeError(
+                f"jdata: this iterator's worker processes belong to process {shared.owner_pid}; "
+                "after os.fork(), make a new iterator in the child (iter(ds), ds.iterator()).")
         future: cf.Future = cf.Future()
         with shared.lock:
             while True:

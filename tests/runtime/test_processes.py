@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import gc
-import glob
+import json
 import os
 import signal
 import subprocess
@@ -16,46 +17,11 @@ import numpy as np
 import pytest
 
 import jdata
-from jdata.runtime import outcomes, pool, worker
+from jdata.runtime import engine, outcomes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
-
-PROCESSES = jdata.Options(engine="processes")
-_DEADLINE_SEC = 20.0
-
-
-def _my_segments(pid: int | None = None) -> list[str]:
-    return glob.glob(os.path.join(worker.SEGMENT_DIR, f"jdata_{pid or os.getpid()}_*"))
-
-
-def _gone(pid: int) -> bool:
-    """True once ``pid`` has exited and been reaped (it is neither running nor a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] == "X"
-    except FileNotFoundError:
-        return True
-
-
-def _wait_until(condition, what: str) -> None:
-    # Reaping is asynchronous (the fork server does it): poll with a deadline.
-    deadline = time.monotonic() + _DEADLINE_SEC
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
-
-
-def _pool(it: jdata.DatasetIterator) -> pool.Pool:
-    stage = it._root
-    while not hasattr(stage, "_pool"):  # under the prefetch the optimizer adds
-        stage = stage._input
-    return stage._pool
-
-
-def _python_work(x):
-    total = 0
-    for i in range(2000):
-        total += i * int(x)
-    return {"x": x, "total": np.int64(total), "image": np.full((64, 64), x, np.float32)}
+from tests.runtime.process_helpers import (PROCESSES, gone, group_gone, my_segments, pool_of,
+                                           python_work, read_line, run_script, wait_until,
+                                           write_script)
 
 
 def test_engine_option_is_validated():
@@ -64,8 +30,8 @@ def test_engine_option_is_validated():
 
 
 def test_map_over_random_access_input_equals_sequential():
-    ds = jdata.range(50).map(_python_work, num_parallel_calls=2)
-    expected = take_list(jdata.range(50).map(_python_work))
+    ds = jdata.range(50).map(python_work, num_parallel_calls=2)
+    expected = take_list(jdata.range(50).map(python_work))
     assert_same_sequence(take_list(ds.with_options(PROCESSES)), expected)
 
 
@@ -105,7 +71,7 @@ def test_restore_at_every_step_with_processes():
 
 
 def test_arrays_come_back_through_shared_memory_not_the_pickle():
-    arena = worker._Arena(os.getpid())
+    arena = worker._Arena(segments.session())
     try:
         big = np.arange(250_000, dtype=np.float32)  # 1 MB
         results = [outcomes.Outcome({"big": big, "small": np.int64(3), "text": b"abc"})]
@@ -115,7 +81,7 @@ def test_arrays_come_back_through_shared_memory_not_the_pickle():
         assert len(payload) < 1000  # the megabyte is not in the pickle
     finally:
         arena.release()
-    assert _my_segments() == []
+    assert my_segments() == []
 
 
 def test_lambdas_closures_and_main_functions_in_a_script_without_a_main_guard(tmp_path):
@@ -163,22 +129,22 @@ def test_worker_exception_carries_op_position_and_remote_traceback():
 
 
 def test_close_stops_workers_and_releases_shared_memory():
-    it = jdata.range(1000).map(_python_work, num_parallel_calls=2).with_options(
+    it = jdata.range(1000).map(python_work, num_parallel_calls=2).with_options(
         PROCESSES).iterator()
     next(it)
-    pids = _pool(it)._executor.pids()
-    assert len(pids) == 2 and not any(_gone(p) for p in pids)
-    assert _my_segments()  # results travelled through segments
+    pids = pool_of(it)._executor.pids()
+    assert len(pids) == 2 and not any(gone(p) for p in pids)
+    assert my_segments()  # results travelled through segments
     it.close()
-    _wait_until(lambda: all(_gone(p) for p in pids), "the workers are reaped")
-    assert _my_segments() == []
+    wait_until(lambda: all(gone(p) for p in pids), "the workers are reaped")
+    assert my_segments() == []
 
 
 def _abandon_mid_stream():
-    it = jdata.range(1000).map(_python_work, num_parallel_calls=2).with_options(
+    it = jdata.range(1000).map(python_work, num_parallel_calls=2).with_options(
         PROCESSES).iterator()
     next(it)
-    pids = _pool(it)._executor.pids()
+    pids = pool_of(it)._executor.pids()
     raise RuntimeError(pids)  # the training loop fails; nobody calls close()
 
 
@@ -188,15 +154,15 @@ def test_garbage_collection_after_an_exception_stops_workers():
     pids = info.value.args[0]
     del info
     gc.collect()
-    _wait_until(lambda: all(_gone(p) for p in pids), "the workers are reaped")
-    assert _my_segments() == []
+    wait_until(lambda: all(gone(p) for p in pids), "the workers are reaped")
+    assert my_segments() == []
 
 
 def test_a_killed_worker_raises_instead_of_hanging_and_a_restore_goes_on():
-    ds = jdata.range(3000).map(_python_work, num_parallel_calls=2).with_options(PROCESSES)
+    ds = jdata.range(3000).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
     it = ds.iterator()
     next(it)
-    victim = _pool(it)._executor.pids()[0]
+    victim = pool_of(it)._executor.pids()[0]
     os.kill(victim, signal.SIGKILL)
     seen = 1
     with pytest.raises(outcomes.WorkerError, match="died"):
@@ -209,7 +175,7 @@ def test_a_killed_worker_raises_instead_of_hanging_and_a_restore_goes_on():
     it.set_state(state)  # the dead worker is replaced
     assert [int(e["x"]) for e in it] == list(range(seen, 3000))
     it.close()
-    _wait_until(lambda: _my_segments() == [], "the dead worker's segments are unlinked")
+    wait_until(lambda: my_segments() == [], "the dead worker's segments are unlinked")
 
 
 def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
@@ -231,7 +197,7 @@ def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert proc.stdout.readline().strip() == "running"
+        assert read_line(proc).strip() == "running"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -240,15 +206,8 @@ def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
     assert "KeyboardInterrupt" in stderr
     assert "leaked" not in stderr
 
-    def group_gone():
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    _wait_until(group_gone, "every process of the interrupted job exits")
-    assert _my_segments(proc.pid) == []
+    wait_until(lambda: group_gone(proc.pid), "every process of the interrupted job exits")
+    assert my_segments(proc.pid) == []
 
 
 def _sleepy(x):
@@ -257,18 +216,18 @@ def _sleepy(x):
 
 
 def test_autotune_moves_a_gil_bound_udf_to_processes():
-    ds = jdata.range(3000).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    ds = jdata.range(3000).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
         for _ in it:
-            if _pool(it).chooser is None:
+            if pool_of(it).chooser is None:
                 break
-        assert _pool(it).engine == "processes", _pool(it).engine_reason
-        assert "holds the GIL" in _pool(it).engine_reason
+        assert pool_of(it).engine == "processes", pool_of(it).engine_reason
+        assert "holds the GIL" in pool_of(it).engine_reason
     # The same pipeline, even built again, starts where the measurement ended.
-    rebuilt = jdata.range(3000).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    rebuilt = jdata.range(3000).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with rebuilt.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
-        assert _pool(it).engine == "processes" and _pool(it).chooser is None
-        assert "measured by an earlier iterator" in _pool(it).engine_reason
+        assert pool_of(it).engine == "processes" and pool_of(it).chooser is None
+        assert "measured by an earlier iterator" in pool_of(it).engine_reason
         assert int(next(it)["x"]) == 0
 
 
@@ -276,29 +235,29 @@ def test_autotune_keeps_a_gil_releasing_udf_on_threads():
     ds = jdata.range(400).map(_sleepy, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
         assert [int(x) for x in it] == list(range(400))
-        assert _pool(it).engine == "threads", _pool(it).engine_reason
-        assert _pool(it).chooser is None  # decided
+        assert pool_of(it).engine == "threads", pool_of(it).engine_reason
+        assert pool_of(it).chooser is None  # decided
 
 
 def test_one_core_stays_on_threads():
-    ds = jdata.range(100).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    ds = jdata.range(100).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=1)).iterator() as it:
         list(it)
-        assert _pool(it).engine == "threads"
-        assert "one core" in _pool(it).engine_reason
+        assert pool_of(it).engine == "threads"
+        assert "one core" in pool_of(it).engine_reason
 
 
 def test_explain_names_the_engine():
-    ds = jdata.range(4).map(_python_work, num_parallel_calls=jdata.AUTOTUNE)
+    ds = jdata.range(4).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     assert "engine: auto" in ds.explain()
     assert "engine: processes" in ds.with_options(PROCESSES).explain()
-    assert "engine: threads" in jdata.range(4).map(_python_work, num_parallel_calls=2).explain()
+    assert "engine: threads" in jdata.range(4).map(python_work, num_parallel_calls=2).explain()
 
 
 def test_repeated_restores_wait_for_slots_held_by_cancelled_work():
     # Each restore cancels chunks still running in the workers; their results
     # hold the workers' segments until they arrive, and new work waits for them.
-    ds = jdata.range(500).map(_python_work, num_parallel_calls=2).with_options(PROCESSES)
+    ds = jdata.range(500).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
     with ds.iterator() as it:
         for _ in range(3):
             next(it)
@@ -306,3 +265,157 @@ def test_repeated_restores_wait_for_slots_held_by_cancelled_work():
         for _ in range(10):
             it.set_state(state)
             assert [int(next(it)["x"]) for _ in range(5)] == [3, 4, 5, 6, 7]
+
+
+class _NotPicklable(Exception):
+    """Pickles as its message alone, so unpickling calls __init__ with too few arguments."""
+
+    def __init__(self, code, detail):
+        super().__init__(f"code {code}: {detail}")
+
+
+def _raise_unpicklable_on_odd(x):
+    if x % 2:
+        raise _NotPicklable(int(x), "odd")
+    return x
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_an_exception_that_does_not_pickle_is_the_same_udf_error_on_both_engines(engine):
+    ds = jdata.range(10).map(_raise_unpicklable_on_odd, num_parallel_calls=2).with_options(
+        jdata.Options(engine=engine))
+    assert [int(x) for x in ds.ignore_errors()] == [0, 2, 4, 6, 8]
+    with ds.iterator() as it:
+        next(it)
+        with pytest.raises(jdata.UDFError) as info:
+            next(it)
+    assert (info.value.op, info.value.position) == ("map", 1)
+    assert str(info.value) == ("map: the user function raised _NotPicklable on the element at "
+                               "position 1 of its input: code 1: odd")
+
+
+def test_an_exception_that_does_not_pickle_keeps_its_type_name_and_remote_traceback():
+    ds = jdata.range(4).map(_raise_unpicklable_on_odd, num_parallel_calls=2).with_options(
+        PROCESSES)
+    with ds.iterator() as it:
+        next(it)
+        with pytest.raises(jdata.UDFError) as info:
+            next(it)
+    cause = info.value.__cause__
+    assert isinstance(cause, outcomes.RemoteError)
+    assert (cause.type_name, str(cause)) == ("_NotPicklable", "_NotPicklable: code 1: odd")
+    assert isinstance(cause.__cause__, outcomes.RemoteTraceback)
+    assert "_raise_unpicklable_on_odd" in str(cause.__cause__)
+
+
+def _exit_on_7(x):
+    if x == 7:
+        os._exit(3)
+    return x
+
+
+def test_a_worker_that_dies_on_an_element_names_its_position():
+    # Chunks hold consecutive inputs, many of them once cheap ones are measured.
+    ds = jdata.range(40).map(_exit_on_7, num_parallel_calls=2).with_options(PROCESSES)
+    with ds.iterator() as it:
+        got = []
+        with pytest.raises(outcomes.WorkerError) as info:
+            for x in it:
+                got.append(int(x))
+    assert got == list(range(len(got))) and len(got) <= 7
+    assert "died while computing this chunk" in str(info.value)
+    assert str(info.value).endswith("(it died on the input at position 7)"), str(info.value)
+
+
+def test_workers_never_see_an_accelerator(tmp_path):
+    # The user's process asks JAX for a GPU; each worker that took one would
+    # claim device memory of its own.
+    script = write_script(tmp_path, """
+        import json
+        import os
+        import jdata
+
+        def probe(x):
+            import jax
+            return {"platform": jax.devices()[0].platform,
+                    "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "<unset>"),
+                    "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")}
+
+        ds = jdata.range(2).map(probe, num_parallel_calls=2)
+        seen = list(ds.with_options(jdata.Options(engine="processes")))
+        print(json.dumps({"workers": seen, "user": os.environ["JAX_PLATFORMS"]}))
+    """)
+    result = run_script(script, env={"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "0"})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    cpu_only = {"platform": "cpu", "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    assert report["workers"] == [cpu_only, cpu_only]
+    assert report["user"] == "cuda"  # the user's own process keeps its environment
+
+
+def _gil_bound(x):
+    total = 0
+    for i in range(3000):
+        total += i
+    return x
+
+
+def _gil_bound_too(x):
+    total = 0
+    for i in range(3000):
+        total -= i
+    return x
+
+
+def _call(fn, x):
+    return fn(x)
+
+
+def _plus_one(x):
+    return x + 1
+
+
+def _pipeline(wrapper: str, fn) -> jdata.Dataset:
+    """``map(fn)`` with ``fn`` in a wrapper whose ``__call__`` is the same for every ``fn``."""
+    ds = jdata.range(3000)
+    if wrapper == "fused":  # map fusion composes them into one callable
+        ds = ds.map(fn, num_parallel_calls=jdata.AUTOTUNE).map(
+            _plus_one, num_parallel_calls=jdata.AUTOTUNE)
+    elif wrapper == "declare":
+        ds = ds.map(jdata.declare(fn, pointwise=True), num_parallel_calls=jdata.AUTOTUNE)
+    else:
+        ds = ds.map(functools.partial(_call, fn), num_parallel_calls=jdata.AUTOTUNE)
+    return ds.with_options(jdata.Options(cpu_budget=2))
+
+
+@pytest.mark.parametrize("wrapper", ["declare", "fused", "partial"])
+def test_engine_decisions_are_kept_per_udf_even_when_wrappers_share_their_code(wrapper):
+    with _pipeline(wrapper, _gil_bound).iterator() as it:
+        for _ in it:
+            if pool_of(it).chooser is None:
+                break
+        assert pool_of(it).chooser is None, "no decision"
+    with _pipeline(wrapper, _gil_bound).iterator() as it:  # the same UDF, built again
+        assert "measured by an earlier iterator" in pool_of(it).engine_reason
+    with _pipeline(wrapper, _gil_bound_too).iterator() as it:  # another UDF, same wrapper
+        assert pool_of(it).chooser is not None, pool_of(it).engine_reason
+
+
+def _look_up(table, x):
+    return table.get(int(x), 0)
+
+
+def _look_up_negated(table, x):
+    return -table.get(int(x), 0)
+
+
+def test_engine_keys_tell_udf_code_apart_but_not_the_data_it_holds():
+    # Hashing a 20,000-entry vocabulary cost 50 ms per new pipeline; it says nothing
+    # about whether the UDF holds the GIL.
+    def key(fn, table):
+        ds = jdata.range(3).map(functools.partial(fn, table), num_parallel_calls=jdata.AUTOTUNE)
+        return engine.engine_key(ds._node)()
+
+    table, other_table = dict.fromkeys(range(20_000), 1), dict.fromkeys(range(20_000), 2)
+    assert key(_look_up, table) == key(_look_up, other_table)
+    assert key(_look_up, table) != key(_look_up_negated, table)
