@@ -125,6 +125,10 @@ class ThreadExecutor:
     def submit(self, items) -> cf.Future:
         return self._threads.submit(self._run, items)
 
+    def shared_bytes(self) -> int:
+        """Shared memory held: none (threads share the process's memory)."""
+        return 0
+
     def shutdown(self) -> None:
         # Chunks already queued still run (an engine switch drains them).
         self._threads.shutdown()

@@ -246,7 +246,8 @@ class Pool:
         stats.buffered = sum(len(tags) for tags, _, _ in self.inflight)
         if outcomes and outcomes[0].error is None:
             stats.record_bytes(outcomes[0].value)
-        stats.held_bytes = int(stats.buffered * stats.bytes_per_element)
+        stats.held_bytes = (int(stats.buffered * stats.bytes_per_element)
+                            + self._executor.shared_bytes())
 
     def _maybe_switch(self, timing: tuple[float, float, float], waited: float) -> None:
         decision = self.chooser.record(timing, waited, self.parallelism)

@@ -397,5 +397,12 @@ class ProcessExecutor:
     def pids(self) -> list[int]:
         return [w.pid for w in self._shared.workers]
 
+    def shared_bytes(self) -> int:
+        """Shared memory this executor's processes hold: the job and the workers' result
+        segments this process has mapped (each worker keeps a ring of them)."""
+        shared = self._shared
+        mapped = list(shared.segments.values())  # one step under the GIL: the collector adds
+        return shared.job_segment.size + sum(segment.size for segment in mapped)
+
     def shutdown(self) -> None:
         self._finalizer()

@@ -64,3 +64,26 @@ def test_a_worker_pool_sizes_its_chunks_within_the_budget():
             most = max(most, memory.held())
     # Two workers, two chunks each, within 8 MB: at most a few elements a chunk.
     assert most <= 8 * _MB + 2 * _MB
+
+
+def test_the_process_engines_shared_memory_counts_against_the_budget():
+    # 4 MB elements from a cheap UDF: by time alone a worker's chunk holds about ten
+    # of them, and each worker keeps a ring of three segments the size of a chunk
+    # (about 300 MB of /dev/shm for a 64 MB budget).
+    import glob
+    import os
+
+    from jdata.runtime import segments
+
+    options = jdata.Options(ram_budget=64 * _MB, engine="processes")
+    ds = jdata.range(120).map(lambda i: np.full(_MB, i, np.float32),
+                              num_parallel_calls=2).with_options(options)
+    pattern = os.path.join(segments.SEGMENT_DIR, segments.session() + "_*")
+    most_shm = most_held = 0
+    with ds.iterator() as it:
+        for i, element in enumerate(it):
+            assert element[0] == i
+            most_shm = max(most_shm, sum(os.path.getsize(p) for p in glob.glob(pattern)))
+            most_held = max(most_held, memory.held())
+    assert 0 < most_shm <= 64 * _MB
+    assert most_held <= 64 * _MB + 4 * 4 * _MB  # the one element any stage may always hold
