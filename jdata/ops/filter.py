@@ -99,8 +99,10 @@ class _BlockFilterIterator(Iterator):
         """An empty block at ``index``, the ``position``-th input element of this filter."""
         self._lo = self._end = index
         self._first_position = self._end_position = position
-        # Where the block's kept elements are in it, for cheap snapshots.
-        self._kept_offsets: list = []
+        self._keeps: list = []  # the predicate's results for the block
+        # Where the block's kept elements are in it: made on the block's first snapshot
+        # (asynchronous stages take one per element; plain iteration takes none).
+        self._kept_offsets: list | None = None
         self._kept: list = []
         self._served = 0
         self._error: Exception | None = None
@@ -153,7 +155,7 @@ class _BlockFilterIterator(Iterator):
         else:
             self._end, self._end_position = hi, position + len(elements)
         self._lo, self._first_position = lo, position
-        self._kept_offsets = list(compress(range(len(keeps)), keeps))
+        self._keeps, self._kept_offsets = keeps, None
         self._kept = list(compress(elements, keeps))
         self._served, self._error = 0, error
 
@@ -161,6 +163,8 @@ class _BlockFilterIterator(Iterator):
         index, position = self._lo, self._first_position
         if self._served:
             # The offset in the block of the last element served, and the count up to it.
+            if self._kept_offsets is None:
+                self._kept_offsets = list(compress(range(len(self._keeps)), self._keeps))
             offset = self._kept_offsets[self._served - 1] + 1
             index, position = index + offset, position + offset
         self._input.index = index
