@@ -28,7 +28,7 @@ class PrefetchNode(Node):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class InjectedPrefetchNode(Node):
+class InjectedPrefetchNode(PrefetchNode):
     """The ``prefetch(AUTOTUNE)`` the optimizer adds at the output (``inject_prefetch``).
 
     It starts synchronous (a thread handoff only pays when the consumer has
@@ -36,16 +36,7 @@ class InjectedPrefetchNode(Node):
     that pays. Its state is the same as a ``prefetch``'s.
     """
 
-    input: Node
-    buffer_size: ClassVar[int] = AUTOTUNE
-    op_name: ClassVar[str] = "prefetch"
-    tunable_buffer: ClassVar[bool] = True
-
-    def cardinality(self) -> int:
-        return self.input.cardinality()
-
-    def compute_spec(self):
-        return self.input.element_spec()
+    buffer_size: int = AUTOTUNE
 
     def __str__(self):
         return "Prefetch(buffer_size=AUTOTUNE, injected: synchronous until tuned)"

@@ -32,8 +32,6 @@ _MOSTLY_WAITING = 0.3
 _BOTTLENECK_WAIT = 0.2
 
 
-
-
 def op_engine(node: Node, ctx: Context) -> str:
     """Where an op's parallel UDF calls run: ``"threads"``, ``"processes"`` or ``"auto"``.
 
