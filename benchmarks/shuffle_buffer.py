@@ -29,12 +29,11 @@ _FILES = 8
 _SEED = 7
 
 
-def prepare(scale: float) -> tuple[list[str], dict]:
-    """TFRecord files of the ``nlp`` sentences (UTF-8), and the vocabulary."""
+def prepare(scale: float, directory: str) -> tuple[list[str], dict]:
+    """TFRecord files of the ``nlp`` sentences (UTF-8) in ``directory``, and the vocabulary."""
     import jdata
 
     texts, vocab = nlp.prepare(scale)
-    directory = tempfile.mkdtemp(prefix="jdata-bench-shuffle-")
     paths = []
     for f in range(_FILES):
         path = os.path.join(directory, f"part-{f:02d}.tfrecord")
@@ -115,7 +114,11 @@ def report(scale: float = 1.0, rounds: int = 3, warmup_sec: float = 2.0,
            measure_sec: float = 4.0, systems=None) -> dict:
     """Prints and returns, per buffer size, each system's median first-batch time and
     steady rate, and jdata's ratio to tf.data."""
-    data = prepare(scale)
+    with tempfile.TemporaryDirectory(prefix="jdata-bench-shuffle-") as directory:
+        return _report(prepare(scale, directory), rounds, warmup_sec, measure_sec, systems)
+
+
+def _report(data, rounds: int, warmup_sec: float, measure_sec: float, systems) -> dict:
     _import_peers(systems)
     print(f"== shuffle_buffer: TFRecord -> shuffle(buffer) -> tokenize (parallel) -> "
           f"padded_batch({nlp.BATCH}) -> prefetch; steady state after {warmup_sec:.0f} s, "
