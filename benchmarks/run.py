@@ -142,9 +142,10 @@ def main(argv=None) -> None:
                 print(f"  parquet as {how}: 2 of 20 columns {two:,.0f} rows/s, all "
                       f"{every:,.0f} rows/s: {two / every:.2f}x (target >= 5x)")
             shuffled = storage.shuffled_shard_rates(args.scale, args.repeats)
-            print(f"  full shuffle over 64 shards: jdata {shuffled['jdata']:,.0f}, grain "
-                  f"{shuffled['grain']:,.0f} records/s: "
-                  f"{shuffled['jdata'] / shuffled['grain']:.2f}x")
+            print("  full shuffle over 64 shards: " + ", ".join(
+                f"{k} {v:,.0f}" for k, v in shuffled.items()) + " records/s" + (
+                f": {shuffled['jdata'] / shuffled['grain']:.2f}x grain" if "grain" in shuffled
+                else ""))
             rates = storage.tfrecord_rates(args.scale, args.repeats)
             print("  tfrecord: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items())
                   + " records/s")
