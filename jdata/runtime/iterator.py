@@ -87,7 +87,6 @@ class Tunable(Iterator):
         """Changes how many elements are prepared ahead (no-op where fixed)."""
 
 
-
 class Reader(Protocol):
     """Random access to a node's elements in one epoch.
 

@@ -143,7 +143,8 @@ class ParallelIndexIterator(_Pooled):
         # The shape of IndexIterator's state, so a restore may change the parallelism.
         fields = states.Fields(state, self._op, ("index",), optional=("done",))
         low = fields.int("index", 0, self._len)
-        done = fields.ints("done", low + 1, self._len - 1, distinct=True) if "done" in fields else []
+        done = (fields.ints("done", low + 1, self._len - 1, distinct=True)
+                if "done" in fields else [])
         self._reset(done)
         self._low = self._next_submit = low
 

@@ -58,7 +58,6 @@ class ChunkSizer:
         return max(1, min(_MAX_CHUNK, int(self.target_sec / max(self._sec_per_element, 1e-9))))
 
 
-
 class IndexJob:
     """Computes ``reader[i]`` for a chunk of indices; one reader per thread or process.
 
@@ -121,7 +120,6 @@ class MapJob:
 
     def __call__(self, items: list) -> list[Outcome]:
         return compute_all(self._apply, items)
-
 
 
 class Pool:
