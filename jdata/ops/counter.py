@@ -49,14 +49,11 @@ class _CounterIterator(Iterator):
         if self._step == 0:
             last = states.MAX_COUNT
         elif self._step > 0:
-            last = (_INT64_MAX - self._start) // self._step
+            last = (states.INT64_MAX - self._start) // self._step
         else:
-            last = (self._start + _INT64_MAX + 1) // -self._step
+            last = (self._start - states.INT64_MIN) // -self._step
         fields = states.Fields(state, "counter", ("count",))
         self._count = fields.int("count", 0, min(states.MAX_COUNT, max(last, 0)))
-
-
-_INT64_MAX = (1 << 63) - 1
 
 
 _planner.register(CounterNode, iterator=_CounterIterator)

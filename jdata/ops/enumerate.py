@@ -65,10 +65,7 @@ class _EnumerateIterator(UnaryIterator):
         return np.int64(self._start + position), element
 
     def _counter_limit(self, name: str) -> int:
-        return min(states.MAX_COUNT, _INT64_MAX - max(self._start, 0))
-
-
-_INT64_MAX = (1 << 63) - 1
+        return min(states.MAX_COUNT, states.INT64_MAX - max(self._start, 0))
 
 
 _planner.register(EnumerateNode, iterator=_EnumerateIterator, reader=_EnumerateReader)

@@ -207,7 +207,7 @@ class _GroupByWindowIterator(Iterator):
         groups = {}
         for entry in fields.list("groups", max_length=position):
             key, tokens = states.check_list(entry, _OP, "groups", length=2)
-            key = states.check_int(key, _OP, "groups", -(1 << 63), (1 << 63) - 1)
+            key = states.check_int(key, _OP, "groups", states.INT64_MIN, states.INT64_MAX)
             if key in groups:
                 raise states.invalid(_OP, "groups", f"holds key {key} twice")
             groups[key] = self._fetch(tokens, "groups")
@@ -221,7 +221,7 @@ class _GroupByWindowIterator(Iterator):
 
     def _restore_reduction(self, saved) -> None:
         fields = states.Fields(saved, _OP, ("key", "window", "position", "inner"))
-        key = states.check_int(saved["key"], _OP, "key", -(1 << 63), (1 << 63) - 1)
+        key = states.check_int(saved["key"], _OP, "key", states.INT64_MIN, states.INT64_MAX)
         position = fields.int("position", 0, max(self._windows - 1, 0))
         window = self._fetch(saved["window"], "window")
         inner = self._open(key, [element for _, element in window], position)

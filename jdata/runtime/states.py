@@ -45,6 +45,8 @@ def resolve(snapshot):
 MAX_COUNT = 1 << 62
 # Epochs are repetition numbers or 32-bit mixes (``jdata._random``).
 MAX_EPOCH = MAX_COUNT
+# The values an int64 holds (group keys; counters whose outputs are int64).
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # A journal keeps at most this many operations per item of the structure (plus
 # _MIN_LOG) before it copies the structure again: O(1) amortized per operation.
@@ -118,10 +120,6 @@ class Fields:
                           f"{', '.join(map(repr, keys))}")
         self.state = state
 
-    def __getitem__(self, name: str):
-        """A child's state (checked by the child), or an optional field's value (or None)."""
-        return self.state.get(name)
-
     def __contains__(self, name: str) -> bool:
         return name in self.state
 
@@ -142,11 +140,7 @@ class Fields:
     def ints(self, name: str, lo: int = 0, hi: int = MAX_COUNT,
              max_length: int | None = None, distinct: bool = False) -> list[int]:
         """A list of integers, each in ``[lo, hi]``."""
-        values = self.list(name, max_length=max_length)
-        out = [check_int(v, self.op, name, lo, hi) for v in values]
-        if distinct and len(set(out)) != len(out):
-            raise invalid(self.op, name, "holds an index twice")
-        return out
+        return check_ints(self.state[name], self.op, name, lo, hi, max_length, distinct)
 
 
 def check_int(value, op: str, name: str, lo: int = 0, hi: int = MAX_COUNT) -> int:
@@ -156,6 +150,16 @@ def check_int(value, op: str, name: str, lo: int = 0, hi: int = MAX_COUNT) -> in
     if not lo <= value <= hi:
         raise invalid(op, name, f"{value} is out of range (valid: [{lo}, {hi}])")
     return value
+
+
+def check_ints(value, op: str, name: str, lo: int = 0, hi: int = MAX_COUNT,
+               max_length: int | None = None, distinct: bool = False) -> list[int]:
+    """``value`` if it is a list of ints in ``[lo, hi]`` (each once, with ``distinct``)."""
+    out = [check_int(v, op, name, lo, hi) for v in check_list(value, op, name,
+                                                               max_length=max_length)]
+    if distinct and len(set(out)) != len(out):
+        raise invalid(op, name, "holds an index twice")
+    return out
 
 
 def check_list(value, op: str, name: str, length: int | None = None,

@@ -51,12 +51,10 @@ class Tap:
 
         Indices must be ones the input has served already, each once.
         """
-        data = states.check_list(data, self._op, field, max_length=max_length)
         if self.by_index:
-            tokens = [states.check_int(t, self._op, field, 0, self.it.index - 1) for t in data]
-            if len(set(tokens)) != len(tokens):
-                raise states.invalid(self._op, field, "holds an index twice")
-            return tokens
+            return states.check_ints(data, self._op, field, 0, self.it.index - 1, max_length,
+                                     distinct=True)
+        data = states.check_list(data, self._op, field, max_length=max_length)
         spec = self._input_node.element_spec
         return [state_codec.decode(t, self._op, field, get_template=spec) for t in data]
 
