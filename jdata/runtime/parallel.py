@@ -44,9 +44,10 @@ class _Pooled(Tunable):
         self._ready: collections.deque = collections.deque()  # (tag, outcome) to emit
         # Completion order only: tags emitted past the oldest one still pending.
         self._done: set[int] = set()
-        # A lost worker loses the elements it was computing: the iterator
-        # stops for good rather than skip them (its state still resumes).
-        self._fatal: WorkerError | None = None
+        # A lost worker loses the elements it was computing, and an environment
+        # failure (OSError) an element: the iterator stops until restored rather
+        # than skip them (its state still points at them).
+        self._fatal: WorkerError | OSError | None = None
 
     @property
     def stats(self) -> OpStats:

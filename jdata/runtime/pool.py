@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from jdata.runtime import executors, memory
+from jdata.runtime import executors, memory, worker
 from jdata.runtime.engine import initial_engine, remember
 from jdata.runtime.iterator import Reader
 from jdata.runtime.outcomes import Outcome, WorkerError, compute_all
@@ -35,8 +35,9 @@ _TARGET_PROCESS_CHUNK_SEC = 10e-3
 _CHUNKS_PER_WORKER = 2
 # Copies of a chunk's outputs a worker may hold at once, for the memory
 # budget: the chunks in flight; a worker process also keeps a ring of shared
-# memory segments, each up to 1.25 chunks (``worker.SLOTS`` = 3).
-_CHUNK_COPIES = {"threads": _CHUNKS_PER_WORKER, "processes": _CHUNKS_PER_WORKER + 3 * 1.25}
+# memory segments, each a little larger than a chunk.
+_CHUNK_COPIES = {"threads": _CHUNKS_PER_WORKER,
+                 "processes": _CHUNKS_PER_WORKER + worker.SLOTS * worker.SEGMENT_SLACK}
 
 
 class ChunkSizer:

@@ -30,6 +30,9 @@ from jdata.runtime.outcomes import Outcome
 from jdata.runtime.segments import Segment, SharedMemoryError, segment_name
 
 SLOTS = 3
+# A segment is made this much larger than the results it must hold, so it is not
+# replaced for every slightly larger chunk.
+SEGMENT_SLACK = 1.25
 # Arrays smaller than this travel inside the pickle: a segment copy costs more.
 _OUT_OF_BAND_MIN_BYTES = 1024
 _ALIGN = 64
@@ -74,7 +77,7 @@ class _Arena:
             self._retired.append(old.name)
             _release(old)
         name = segment_name(self._session, os.getpid(), next(self._serial))
-        return Segment.create(name, max(_MIN_SEGMENT_BYTES, total + total // 4),
+        return Segment.create(name, max(_MIN_SEGMENT_BYTES, int(total * SEGMENT_SLACK)),
                               "the results of a task in a worker")
 
     def take_retired(self) -> list[str]:
