@@ -15,6 +15,7 @@ from jdata._sources import from_generator as from_generator
 from jdata._sources import from_source as from_source
 from jdata._sources import from_tensor_slices as from_tensor_slices
 from jdata._sources import from_tensors as from_tensors
+from jdata._sources import random as random
 from jdata._sources import range as range  # noqa: A004
 from jdata._sources import sample_from_datasets as sample_from_datasets
 from jdata._sources import zip as zip  # noqa: A004

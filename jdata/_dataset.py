@@ -9,6 +9,8 @@ randomness takes explicit JAX keys instead of seeds.
 from __future__ import annotations
 
 import collections.abc
+import functools
+import inspect
 import os
 from typing import Callable
 
@@ -17,7 +19,7 @@ import numpy as np
 from jdata import _fingerprint, _plan, _random, optimize
 from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
-from jdata._iterator import DatasetIterator
+from jdata._iterator import DatasetIterator, Epochs
 from jdata._options import Options
 from jdata.ops import (batch, bucket_by_sequence_length, cache, concatenate, enumerate as
                        enumerate_op, filter as filter_op, flat_map, group_by_window,
@@ -31,6 +33,24 @@ from jdata.runtime.udf import check_callable
 # tf.data's default is the machine's core count, which makes the output order
 # depend on the machine; jdata fixes it so the order is the same everywhere.
 DEFAULT_CYCLE_LENGTH = 8
+
+
+def _explains_tf_calls(explain: Callable):
+    """A call that does not bind to the method (arguments in tf.data's order, such as
+    ``shuffle(1000, key=k)``) raises ``explain(args, kwargs)`` instead of Python's
+    "multiple values for argument"."""
+    def wrap(method):
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def checked(self, *args, **kwargs):
+            try:
+                signature.bind(self, *args, **kwargs)
+            except TypeError as e:
+                raise explain(args, kwargs, e) from None
+            return method(self, *args, **kwargs)
+        return checked
+    return wrap
 
 
 class Dataset:
@@ -53,10 +73,15 @@ class Dataset:
                 "jdata.from_source and the other sources, not with the Dataset constructor")
         self._node = node
         self._optimized: optimize.Optimized | None = None
+        self._epochs = Epochs()
 
     def __getstate__(self):
-        # The plan only: the optimized plan is rebuilt where it is used.
-        return {"_node": self._node, "_optimized": None}
+        # The plan only: the optimized plan is rebuilt where it is used, and the
+        # iterator count starts again at 0 (as in a fresh process).
+        return {"_node": self._node}
+
+    def __setstate__(self, state):
+        self.__init__(state["_node"])
 
     def _optimize(self) -> optimize.Optimized:
         # Once per dataset: its iterators share the optimized nodes (and caches).
@@ -69,17 +94,34 @@ class Dataset:
     def iterator(self, state: dict | None = None) -> DatasetIterator:
         """A new iterator, optionally resumed from a ``get_state()`` result.
 
+        As in tf.data, each new iterator of a dataset is a new epoch: the Nth
+        iterator (``iter(ds)``, ``ds.iterator()``, and the passes of
+        ``reduce``, ``save`` and ``get_single_element``) sees what the Nth
+        pass of ``ds.repeat()`` would, with a new ``shuffle`` order and new
+        ``random_map`` keys (``reshuffle_each_iteration=False`` keeps the first
+        order). It is a pure function of the keys and N: a fresh process (or an
+        unpickled dataset) starts again at N = 0. jdata's own probing
+        (``element_spec``, ``cardinality``, ``explain``) runs no epoch.
+
         Args:
           state: what ``DatasetIterator.get_state()`` returned (or its JSON text),
-            from an iterator of this same pipeline. ``None`` starts at the beginning.
+            from an iterator of this same pipeline. ``None`` starts the next
+            epoch at its beginning. A state resumes its own epoch, and the
+            dataset's next iterator runs the epoch after it.
 
-        >>> import jdata
+        >>> import jdata, jax
         >>> it = jdata.range(4).iterator()
         >>> _ = next(it)
         >>> [int(x) for x in jdata.range(4).iterator(it.get_state())]
         [1, 2, 3]
+        >>> ds = jdata.range(5).shuffle(jax.random.key(0))
+        >>> first, second = [int(x) for x in ds], [int(x) for x in ds]
+        >>> first != second and sorted(first) == sorted(second)
+        True
         """
-        return DatasetIterator(self._optimize().plan, Context(options=self.options), state)
+        epoch = 0 if state is not None else self._epochs.take()
+        return DatasetIterator(self._optimize().plan, Context(options=self.options), state,
+                               epoch, self._epochs)
 
     def __iter__(self) -> DatasetIterator:
         return self.iterator()
@@ -229,9 +271,10 @@ class Dataset:
         ``element_key`` is a NumPy ``uint32[2]`` array: pass it to any
         ``jax.random`` function or to ``np.random.default_rng``. It is a pure
         function of ``key``, the epoch and the element's position, so outputs
-        never depend on parallelism or restarts; each epoch of an enclosing
-        ``repeat`` gets fresh keys. Different ops given the same ``key`` see the
-        same per-position keys: split the key (``jax.random.split``) per op.
+        never depend on parallelism or restarts; each epoch (a pass of an
+        enclosing ``repeat``, or a new iterator of the dataset) gets fresh keys.
+        Different ops of a kind given the same ``key`` see the same per-position
+        keys: split the key (``jax.random.split``) per op.
 
         Args:
           fn: ``fn(element, element_key) -> element`` (tuple elements unpacked,
@@ -240,10 +283,14 @@ class Dataset:
           num_parallel_calls, deterministic, vectorize: as in ``map``.
 
         >>> import jdata, jax, numpy as np
-        >>> ds = jdata.range(3).random_map(
-        ...     lambda x, k: x + np.random.default_rng(k).integers(100), jax.random.key(0))
-        >>> [int(x) for x in ds] == [int(x) for x in ds]
+        >>> def noisy():
+        ...     return jdata.range(3).random_map(
+        ...         lambda x, k: x + np.random.default_rng(k).integers(100), jax.random.key(0))
+        >>> [int(x) for x in noisy()] == [int(x) for x in noisy()]  # the same keys, the same stream
         True
+        >>> ds = noisy()
+        >>> [int(x) for x in ds] == [int(x) for x in ds]  # a second iterator is the next epoch
+        False
         """
         check_callable(fn, "fn", "random_map")
         key_data = _random.as_key_data(key)
@@ -382,8 +429,9 @@ class Dataset:
         check.bool_arg(drop_remainder, "drop_remainder", "rebatch")
         return Dataset(rebatch.RebatchNode(self._node, sizes, drop_remainder))
 
-    def shuffle(self, key, buffer_size: int | None = None,
-                reshuffle_each_iteration: bool = True) -> Dataset:
+    @_explains_tf_calls(shuffle.tf_style_error)
+    def shuffle(self, key=None, buffer_size: int | None = None,
+                reshuffle_each_iteration: bool | None = True, *, seed=None) -> Dataset:
         """Shuffles elements with randomness from ``key``.
 
         Without ``buffer_size`` the input must be random access (a source, and
@@ -395,16 +443,30 @@ class Dataset:
         Args:
           key: a JAX PRNG key (``jax.random.key(0)``) or its ``uint32[2]`` data.
           buffer_size: the buffer's size (>= 1), or ``None`` for a full shuffle.
-          reshuffle_each_iteration: a new order each epoch of an enclosing
-            ``repeat``; ``False`` repeats the first epoch's order.
+          reshuffle_each_iteration: a new order each epoch (each pass of an
+            enclosing ``repeat``, and each new iterator of the dataset, as in
+            tf.data; ``None`` too); ``False`` repeats the first epoch's order.
+          seed: tf.data's argument. A call in tf.data's order
+            (``shuffle(1024)``, ``shuffle(buffer_size=1024, seed=0)``) is a
+            ``TypeError`` that shows jdata's spelling,
+            ``shuffle(jax.random.key(0), buffer_size=1024)``.
 
         >>> import jdata, jax
         >>> ds = jdata.range(5).shuffle(jax.random.key(0))
         >>> sorted(int(x) for x in ds)
         [0, 1, 2, 3, 4]
         """
+        if key is None or seed is not None or (
+                isinstance(key, (int, np.integer)) and not isinstance(key, bool)):
+            positional = () if key is None else (key,) if buffer_size is None else (
+                key, buffer_size)
+            keywords = {"buffer_size": buffer_size} if key is None and buffer_size else {}
+            raise shuffle.tf_style_error(
+                positional, {**keywords, **({"seed": seed} if seed is not None else {})})
         key_data = _random.as_key_data(key)
         check.int_arg(buffer_size, "buffer_size", "shuffle", minimum=1, allow_none=True)
+        if reshuffle_each_iteration is None:  # tf.data's default, which reshuffles
+            reshuffle_each_iteration = True
         check.bool_arg(reshuffle_each_iteration, "reshuffle_each_iteration", "shuffle")
         if buffer_size is None and not self._node.random_access():
             raise ValueError(

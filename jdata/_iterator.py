@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from typing import Any
 
 import numpy as np
@@ -13,16 +14,18 @@ from jdata._constants import INFINITE, UNKNOWN
 from jdata.runtime import states
 from jdata.runtime.context import Context
 
-_STATE_VERSION = 2
-# Version 1 states (before the plan's facts were recorded) restore without that check.
-_READABLE_VERSIONS = (1, 2)
+_STATE_VERSION = 3
+# Version 1 states (before the plan's facts were recorded) restore without that
+# check; versions 1 and 2 (before the epoch was recorded) restore at epoch 0.
+_READABLE_VERSIONS = (1, 2, 3)
 
 
 class DatasetIterator:
     """Iterates a dataset; its position can be saved and restored exactly.
 
     ``get_state()`` returns plain JSON-able data (indices and counters, not
-    elements, wherever the input is random access). ``set_state(state)``, or
+    elements, wherever the input is random access), including the iterator's
+    epoch (see ``Dataset.iterator``). ``set_state(state)``, or
     ``dataset.iterator(state)``, resumes with exactly the remaining elements.
 
     >>> import jdata, json
@@ -34,15 +37,21 @@ class DatasetIterator:
     [2, 3, 4]
     """
 
-    def __init__(self, node: _plan.Node, ctx: Context, state: dict | None = None):
+    def __init__(self, node: _plan.Node, ctx: Context, state: dict | None = None,
+                 epoch: int = 0, epochs: Epochs | None = None):
         self._node = node  # already optimized (Dataset.iterator)
         self._signature = _plan.structure_signature(node)
         self._facts = plan_facts(node)
         self._ctx = ctx
-        self._root = _planner.make_iterator(node, ctx, 0)
+        self._epochs = epochs
         self._closed = False
         if state is not None:
-            self.set_state(state)
+            state, epoch = self._checked(state)
+        self._epoch = epoch
+        self._root = _planner.make_iterator(node, ctx, epoch)
+        if state is not None:
+            self._restore(self._root, state["state"])
+            self._restored(epoch)
 
     def __iter__(self):
         return self
@@ -50,10 +59,15 @@ class DatasetIterator:
     def __next__(self):
         return next(self._root)
 
+    @property
+    def epoch(self) -> int:
+        """Which epoch of the dataset this iterator runs (see ``Dataset.iterator``)."""
+        return self._epoch
+
     def get_state(self) -> dict[str, Any]:
         """The iterator's position as JSON-able data."""
         return {"version": _STATE_VERSION, "plan": self._signature, "facts": self._facts,
-                "state": self._root.get_state()}
+                "epoch": self._epoch, "state": self._root.get_state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves the iterator to a position returned by ``get_state``.
@@ -63,8 +77,29 @@ class DatasetIterator:
         including a state of the same pipeline over other data (a source of
         another size, another random key), is a ``ValueError`` naming the op
         and the field. Nothing in a state is ever imported, called or
-        unpickled. (A UDF's code may change between save and restore.)
+        unpickled. (A UDF's code may change between save and restore.) The
+        iterator moves to the state's epoch, and its dataset's next iterator
+        continues with the epoch after it.
         """
+        state, epoch = self._checked(state)
+        if epoch == self._epoch:
+            self._restore(self._root, state["state"])
+        else:
+            # Another epoch is another stream (shuffle order, keys): rebuilt, and
+            # swapped in only once the state fits, so a bad state changes nothing.
+            root = _planner.make_iterator(self._node, self._ctx, epoch)
+            try:
+                self._restore(root, state["state"])
+            except BaseException:
+                root.close()
+                raise
+            self._root, old = root, self._root
+            self._epoch = epoch
+            old.close()
+        self._restored(epoch)
+
+    def _checked(self, state) -> tuple[dict[str, Any], int]:
+        """The state's dict and epoch, once its envelope is checked (see ``set_state``)."""
         if isinstance(state, (str, bytes)):
             try:
                 state = json.loads(state)
@@ -75,8 +110,10 @@ class DatasetIterator:
             raise ValueError(
                 f"state={str(state)[:80]!r} is not a jdata iterator state (version "
                 f"{_STATE_VERSION}); pass what DatasetIterator.get_state() returned")
-        states.Fields(state, "iterator",
-                      ("version", "plan", "state") + (("facts",) if version > 1 else ()))
+        keys = ("version", "plan", "state") + (("facts",) if version > 1 else ()) + (
+            ("epoch",) if version > 2 else ())
+        fields = states.Fields(state, "iterator", keys)
+        epoch = fields.int("epoch", 0, states.MAX_EPOCH) if version > 2 else 0
         if state["plan"] != self._signature:
             raise ValueError(
                 "the state was saved from a different pipeline:\n"
@@ -84,10 +121,18 @@ class DatasetIterator:
                 "restore it with the dataset it was taken from")
         if version > 1:
             _check_facts(state["facts"], self._facts)
+        return state, epoch
+
+    @staticmethod
+    def _restore(root, state) -> None:
         try:
-            self._root.set_state(state["state"])
+            root.set_state(state)
         except RecursionError:
             raise ValueError("the state is nested too deeply for this pipeline") from None
+
+    def _restored(self, epoch: int) -> None:
+        if self._epochs is not None:
+            self._epochs.restart_after(epoch)
 
     def stats(self):
         """Statistics of the pipeline's asynchronous stages and the autotuner's decisions.
@@ -125,6 +170,26 @@ class DatasetIterator:
             self.close()
         except Exception:  # interpreter shutdown: nothing left to release
             pass
+
+
+class Epochs:
+    """Counts a dataset's iterators: the Nth one runs epoch N (tf.data reshuffles
+    per iterator). Thread-safe; not pickled (a fresh process starts at 0)."""
+
+    def __init__(self):
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        """The epoch of a new iterator."""
+        with self._lock:
+            epoch, self._next = self._next, min(self._next + 1, states.MAX_EPOCH)
+            return epoch
+
+    def restart_after(self, epoch: int) -> None:
+        """After a restore to ``epoch``: the next iterator continues with the one after."""
+        with self._lock:
+            self._next = min(epoch + 1, states.MAX_EPOCH)
 
 
 def plan_facts(node: _plan.Node) -> list[list]:

@@ -27,6 +27,11 @@ class Options:
         except that ops with ``num_parallel_calls=AUTOTUNE`` measure whether their
         UDF releases the GIL and move to worker processes if it does not),
         ``"threads"`` or ``"processes"``.
+      inject_prefetch: let the optimizer add a final ``prefetch(AUTOTUNE)`` (as
+        tf.data's ``experimental_optimization.inject_prefetch``). It is added
+        when ``optimize`` and ``autotune`` are on, the plan batches or runs
+        parallel work, and it does not already end in ``prefetch`` or
+        ``to_global``; ``False`` turns off that prefetch alone.
 
     As in tf.data, options set with an outer ``with_options`` override those
     set further upstream, field by field, and only for the fields passed
@@ -46,12 +51,14 @@ class Options:
     ram_budget: int | None = None
     engine: str = "auto"
     auto_vectorize: bool = False
+    inject_prefetch: bool = True
 
     def __init__(self, *, deterministic=_UNSET, optimize=_UNSET, autotune=_UNSET,
-                 cpu_budget=_UNSET, ram_budget=_UNSET, engine=_UNSET, auto_vectorize=_UNSET):
+                 cpu_budget=_UNSET, ram_budget=_UNSET, engine=_UNSET, auto_vectorize=_UNSET,
+                 inject_prefetch=_UNSET):
         given = {"deterministic": deterministic, "optimize": optimize, "autotune": autotune,
                  "cpu_budget": cpu_budget, "ram_budget": ram_budget, "engine": engine,
-                 "auto_vectorize": auto_vectorize}
+                 "auto_vectorize": auto_vectorize, "inject_prefetch": inject_prefetch}
         given = {name: value for name, value in given.items() if value is not _UNSET}
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, given.get(field.name, field.default))
@@ -60,7 +67,8 @@ class Options:
         self._validate()
 
     def _validate(self) -> None:
-        for name in ("deterministic", "optimize", "autotune", "auto_vectorize"):
+        for name in ("deterministic", "optimize", "autotune", "auto_vectorize",
+                     "inject_prefetch"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"Options.{name}={value!r} must be True or False")

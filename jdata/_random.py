@@ -44,6 +44,17 @@ def as_key_data(key, arg: str = "key") -> np.ndarray:
     return data.astype(np.uint32)
 
 
+def refuse_seed(seed, key, op: str, fix: str) -> None:
+    """tf.data's ``seed=``: a ``TypeError`` showing jdata's spelling (``fix`` may
+    hold ``{seed}``), never an "unexpected keyword" or a silent choice."""
+    if seed is None:
+        return
+    also = f"; key={key!r} is given too, so drop seed=" if key is not None else ""
+    raise TypeError(
+        f"{op}: seed={seed!r} is tf.data's argument; jdata takes an explicit JAX PRNG key "
+        f"instead: {fix.format(seed=seed)}{also}")
+
+
 def _typed_key_data(key):
     dtype = getattr(key, "dtype", None)
     if dtype is None or isinstance(dtype, np.dtype):

@@ -16,7 +16,8 @@ from jdata._dataset import Dataset, check_inputs_combine
 from jdata.ops import (choose_from_datasets as choose_op, counter as counter_op,
                        from_generator as generator_op, from_source as source_op,
                        from_tensor_slices as slices_op, from_tensors as tensors_op,
-                       range as range_op, sample_from_datasets as sample_op, zip as zip_op)
+                       random as random_op, range as range_op,
+                       sample_from_datasets as sample_op, zip as zip_op)
 from jdata.runtime.udf import check_callable
 from jdata.runtime.values import read_only
 
@@ -49,6 +50,7 @@ def from_tensors(element) -> Dataset:
     >>> [b.tolist() for b in jdata.from_tensors([1, 2, 3])]
     [[1, 2, 3]]
     """
+    _refuse_datasets(element, "from_tensors")
     return Dataset(tensors_op.FromTensorsNode(to_numpy_tree(element, "from_tensors")))
 
 
@@ -62,6 +64,7 @@ def from_tensor_slices(tensors) -> Dataset:
     >>> [(int(e["x"]), e["y"]) for e in ds]
     [(1, 'a'), (2, 'b')]
     """
+    _refuse_datasets(tensors, "from_tensor_slices")
     tensors = to_numpy_tree(tensors, "from_tensor_slices")
     leaves = _tree.leaves(tensors)
     if not leaves:
@@ -74,6 +77,20 @@ def from_tensor_slices(tensors) -> Dataset:
         raise ValueError(f"from_tensor_slices: leaves have different lengths "
                          f"{sorted(lengths)}; every leaf must have the same first dimension")
     return Dataset(slices_op.FromTensorSlicesNode(tensors, lengths.pop()))
+
+
+def _refuse_datasets(tensors, op: str) -> None:
+    """A list of datasets is not a tensor: say what does what the user meant."""
+    items = tensors.values() if isinstance(tensors, dict) else (
+        tensors if isinstance(tensors, (list, tuple)) else (tensors,))
+    if any(isinstance(item, Dataset) for item in items):
+        raise TypeError(
+            f"{op}: tensors holds jdata.Dataset objects, which are not tensors to slice. For a "
+            "dataset whose elements are those datasets, use jdata.from_source([ds1, ds2]) "
+            "(e.g. jdata.from_source([ds1, ds2]).interleave(lambda d: d, cycle_length=2) "
+            "to read them in turn); to mix them at random use "
+            "jdata.sample_from_datasets([ds1, ds2], weights, key), to chain them "
+            "ds1.concatenate(ds2)")
 
 
 def from_source(source) -> Dataset:
@@ -97,24 +114,37 @@ def from_source(source) -> Dataset:
     return Dataset(source_op.FromSourceNode(source))
 
 
-def from_generator(fn: Callable, output_signature=None) -> Dataset:
-    """Elements from ``fn()``, a callable that returns a fresh iterable each time.
+def from_generator(fn: Callable, output_signature=None, args=None) -> Dataset:
+    """Elements from ``fn(*args)``, a callable that returns a fresh iterable each time.
 
     Restoring an iterator from a state *replays* the generator: it calls
-    ``fn()`` again and skips the elements already produced, so ``fn`` must
-    yield the same sequence on every call.
+    ``fn(*args)`` again and skips the elements already produced, so ``fn``
+    must yield the same sequence on every call.
 
     Args:
-      fn: called with no arguments at the start of each pass.
+      fn: called at the start of each pass, with ``args``.
       output_signature: optional pytree of ``jdata.TensorSpec`` for
         ``element_spec`` (otherwise the first element's spec is used).
+      args: a tuple of arguments for ``fn``, as tf.data's: each becomes a
+        NumPy value (a list an array, a Python int an ``int64``), read-only;
+        ``str`` stays ``str`` (tf.data passes ``bytes``).
 
     >>> import jdata
     >>> [int(x) for x in jdata.from_generator(lambda: (i * i for i in builtins.range(4)))]
     [0, 1, 4, 9]
+    >>> def rows(n, scale):
+    ...     yield from (scale * i for i in builtins.range(n))
+    >>> [int(x) for x in jdata.from_generator(rows, args=(3, 10))]
+    [0, 10, 20]
     """
     check_callable(fn, "fn", "from_generator")
-    return Dataset(generator_op.FromGeneratorNode(fn, output_signature))
+    if args is None:
+        args = ()
+    elif not isinstance(args, (tuple, list)):
+        raise TypeError(f"from_generator: args={args!r} must be a tuple of arguments for fn, "
+                        f"e.g. args=({args!r},)")
+    args = tuple(to_numpy_tree(arg, "from_generator") for arg in args)
+    return Dataset(generator_op.FromGeneratorNode(fn, output_signature, args))
 
 
 def counter(start: int = 0, step: int = 1) -> Dataset:
@@ -183,7 +213,9 @@ def choose_from_datasets(datasets, choice_dataset: Dataset,
 
 
 def sample_from_datasets(datasets, weights=None, key=None,
-                         stop_on_empty_dataset: bool = False) -> Dataset:
+                         stop_on_empty_dataset: bool = False,
+                         rerandomize_each_iteration: bool | None = None, *,
+                         seed=None) -> Dataset:
     """Samples each element from one of ``datasets`` with probability ``weights[i]``.
 
     Draw ``t`` depends only on ``key``, the epoch and ``t``. When a dataset is
@@ -195,6 +227,11 @@ def sample_from_datasets(datasets, weights=None, key=None,
       weights: non-negative floats, one per dataset (``None``: uniform).
       key: a JAX PRNG key (``jax.random.key(0)``) or its ``uint32[2]`` data.
       stop_on_empty_dataset: stop at the first exhausted dataset.
+      rerandomize_each_iteration: new draws each epoch (each pass of an
+        enclosing ``repeat``, each new iterator). ``None`` or ``False``, as in
+        tf.data: every epoch draws the datasets in the same order (the
+        datasets themselves may still reshuffle).
+      seed: tf.data's argument, refused with the jdata spelling (``key=``).
 
     >>> import jdata, jax
     >>> ds = jdata.sample_from_datasets([jdata.range(3), jdata.range(10, 13)], [0.5, 0.5],
@@ -215,11 +252,47 @@ def sample_from_datasets(datasets, weights=None, key=None,
     if not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
         raise ValueError(f"sample_from_datasets: weights={weights.tolist()} must be finite, "
                          "non-negative and not all zero")
+    _random.refuse_seed(seed, key, "sample_from_datasets",
+                        "sample_from_datasets(datasets, weights, key=jax.random.key({seed}))")
     key_data = _random.as_key_data(key)
     check.bool_arg(stop_on_empty_dataset, "stop_on_empty_dataset", "sample_from_datasets")
+    rerandomize = _rerandomize(rerandomize_each_iteration, "sample_from_datasets")
     return Dataset(check_inputs_combine(sample_op.SampleFromDatasetsNode(
         tuple(d._node for d in datasets), tuple(float(w) for w in weights / weights.sum()),
-        key_data, stop_on_empty_dataset)))
+        key_data, stop_on_empty_dataset, rerandomize)))
+
+
+def random(key=None, rerandomize_each_iteration: bool | None = None, *,
+           seed=None) -> Dataset:
+    """An infinite stream of random ``int64`` scalars in ``[0, 2**32)`` (tf.data's
+    ``Dataset.random``).
+
+    Value ``t`` is a pure function of ``key``, the epoch and ``t`` (the first
+    word of that position's Threefry key), so streams resume exactly.
+
+    Args:
+      key: a JAX PRNG key (``jax.random.key(0)``) or its ``uint32[2]`` data.
+      rerandomize_each_iteration: new values each epoch (each pass of an
+        enclosing ``repeat``, each new iterator). ``None`` or ``False``, as in
+        tf.data: every epoch sees the same values.
+      seed: tf.data's argument, refused with the jdata spelling (``key=``).
+
+    >>> import jdata, jax
+    >>> values = [int(x) for x in jdata.random(jax.random.key(0)).take(3)]
+    >>> len(values) == 3 and all(0 <= v < 2**32 for v in values)
+    True
+    """
+    _random.refuse_seed(seed, key, "random", "jdata.random(jax.random.key({seed}))")
+    key_data = _random.as_key_data(key)
+    return Dataset(random_op.RandomNode(key_data, _rerandomize(rerandomize_each_iteration,
+                                                               "random")))
+
+
+def _rerandomize(value, op: str) -> bool:
+    if value is None:
+        return False
+    check.bool_arg(value, "rerandomize_each_iteration", op)
+    return value
 
 
 def _check_datasets(datasets, arg: str, op: str) -> None:

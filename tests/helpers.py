@@ -70,19 +70,24 @@ def check_restore_at_every_step(ds: jdata.Dataset, expected: list | None = None,
     and into an iterator that has already moved (``set_state``); each must
     produce elements ``k:`` of the uninterrupted run. ``limit`` bounds
     infinite datasets. Returns the full sequence.
+
+    Each new iterator of ``ds`` is a new epoch, so the checked iterator starts
+    from the uninterrupted run's first state (its epoch); the moved iterators
+    run later epochs until ``set_state`` brings them back.
     """
-    full = take_list(ds, limit)
+    first = ds.iterator()
+    start = json.loads(json.dumps(first.get_state()))
+    full = _rest(first, limit)
     if expected is not None:
         assert_same_sequence(full, expected, "uninterrupted run: ")
-    it = ds.iterator()
+    it = ds.iterator(start)
     for step in range(len(full) + 1):
         state = json.loads(json.dumps(it.get_state()))
         remaining = None if limit is None else limit - step
         fresh = _rest(ds.iterator(state), remaining)
         assert_same_sequence(fresh, full[step:], f"restored at step {step}: ")
-        moved = ds.iterator()
-        for _ in range(min(1, len(full))):
-            next(moved)
+        moved = ds.iterator()  # a later epoch, which may be shorter (random lengths)
+        next(moved, None)
         moved.set_state(state)
         assert_same_sequence(_rest(moved, remaining), full[step:],
                              f"set_state on a moved iterator at step {step}: ")
@@ -201,9 +206,11 @@ def check_blocks_match_per_element(make_ds, monkeypatch) -> list:
     step ``k`` must give the rest of the trace. Returns the trace.
     """
     ds = make_ds()
-    blocks = trace(ds.iterator())
+    it = ds.iterator()
+    start = it.get_state()  # the epoch's beginning (a new iterator is the next epoch)
+    blocks = trace(it)
     for step in range(len(blocks) + 1):
-        state = blocks[step - 1][1] if step else ds.iterator().get_state()
+        state = blocks[step - 1][1] if step else start
         assert_same_traces(trace(ds.iterator(state)), blocks[step:])
     with monkeypatch.context() as patch:
         use_per_element_paths(patch)

@@ -120,7 +120,7 @@ def test_an_edited_orbax_checkpoint_never_runs_code(tmp_path):
 
 def test_namedtuples_in_states_come_back_as_the_pipelines_own_class():
     ds = _pairs(30).shuffle(KEY, buffer_size=6).prefetch(2)
-    expected = take_list(ds)
+    expected = take_list(_pairs(30).shuffle(KEY, buffer_size=6).prefetch(2))
     it = ds.iterator()
     head = [next(it) for _ in range(4)]
     state = json.loads(json.dumps(it.get_state()))

@@ -53,11 +53,19 @@ def build(input_node: Node, element_length_func: Callable, bucket_boundaries,
         window_size_func=BucketBatchSize(batch_sizes))
 
 
+def _as_sequence(value, arg: str, what: str) -> list | tuple:
+    # NumPy arrays too: ports compute boundaries with np.arange or np.linspace.
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        return value.tolist() if value.dtype.kind in "iu" else list(value)
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{_OP}: {arg}={value!r} must be {what} (a list, tuple or 1-D array)")
+    return value
+
+
 def _check_boundaries(bucket_boundaries) -> tuple[int, ...]:
     # An empty list is one bucket for every length, as in tf.data.
-    if not isinstance(bucket_boundaries, (list, tuple)):
-        raise TypeError(f"{_OP}: bucket_boundaries={bucket_boundaries!r} must be a list of "
-                        "increasing lengths, e.g. [10, 20, 40]")
+    bucket_boundaries = _as_sequence(bucket_boundaries, "bucket_boundaries",
+                                     "a list of increasing lengths, e.g. [10, 20, 40]")
     boundaries = tuple(check.int_arg(b, "bucket_boundaries", _OP, minimum=1)
                        for b in bucket_boundaries)
     if any(a >= b for a, b in zip(boundaries, boundaries[1:])):
@@ -67,9 +75,8 @@ def _check_boundaries(bucket_boundaries) -> tuple[int, ...]:
 
 
 def _check_batch_sizes(bucket_batch_sizes, boundaries: tuple) -> tuple[int, ...]:
-    if not isinstance(bucket_batch_sizes, (list, tuple)):
-        raise TypeError(f"{_OP}: bucket_batch_sizes={bucket_batch_sizes!r} must be a list of "
-                        "batch sizes, one per bucket")
+    bucket_batch_sizes = _as_sequence(bucket_batch_sizes, "bucket_batch_sizes",
+                                      "a list of batch sizes, one per bucket")
     if len(bucket_batch_sizes) != len(boundaries) + 1:
         raise ValueError(
             f"{_OP}: len(bucket_batch_sizes) must equal len(bucket_boundaries) + 1 (one batch "

@@ -30,6 +30,7 @@ class FromGeneratorNode(Node):
 
     fn: Callable
     output_signature: Any = None
+    args: tuple = ()
     op_name: ClassVar[str] = _OP
 
     def __post_init__(self):
@@ -81,6 +82,7 @@ class _FromGeneratorIterator(Iterator):
 
     def __init__(self, node: FromGeneratorNode, ctx, epoch: int):
         self._fn = node.fn
+        self._args = node.args
         self._signature = node.output_signature
         if node.output_signature is not None:
             self._specs, self._treedef = _tree.flatten(node.output_signature)
@@ -115,7 +117,7 @@ class _FromGeneratorIterator(Iterator):
         """A new pass over ``fn()``, fast-forwarded past the elements already produced."""
         self._generator = iter(())  # if fn() fails, the pass is over: no endless retries
         try:
-            iterable = self._fn()
+            iterable = self._fn(*self._args)
         except Exception as e:
             raise UDFError(_OP, self._produced, e) from e
         try:

@@ -27,8 +27,13 @@ class SampleFromDatasetsNode(Node):
     weights: tuple
     key: np.ndarray
     stop_on_empty_dataset: bool = False
+    rerandomize_each_iteration: bool = False
     op_name: ClassVar[str] = "sample_from_datasets"
     random: ClassVar[bool] = True
+
+    def random_epoch(self, epoch: int) -> int:
+        """The epoch the draws use: fixed unless rerandomizing each iteration."""
+        return epoch if self.rerandomize_each_iteration else 0
 
     def cardinality(self) -> int:
         if all(d.cardinality() == INFINITE for d in self.datasets):
@@ -43,7 +48,8 @@ class SampleFromDatasetsNode(Node):
     def __str__(self):
         weights = ", ".join(f"{w:.3g}" for w in self.weights)
         return (f"SampleFromDatasets(weights=[{weights}], "
-                f"stop_on_empty_dataset={self.stop_on_empty_dataset})")
+                f"stop_on_empty_dataset={self.stop_on_empty_dataset}, "
+                f"rerandomize_each_iteration={self.rerandomize_each_iteration})")
 
 
 class _SampleIterator(Iterator):
@@ -58,7 +64,7 @@ class _SampleIterator(Iterator):
         self._inputs = [_planner.make_iterator(d, ctx, epoch) for d in node.datasets]
         self._weights = node.weights
         self._stop_on_empty = node.stop_on_empty_dataset
-        self._uniforms = _random.UniformBlocks(node.key, _SALT, epoch)
+        self._uniforms = _random.UniformBlocks(node.key, _SALT, node.random_epoch(epoch))
         self._draws = 0
         # A dataset of weight zero is never drawn, as if exhausted (tf.data drops them).
         self._set_exhausted([w == 0 for w in node.weights])

@@ -49,6 +49,42 @@ class ShuffleNode(Node):
                 f"reshuffle_each_iteration={self.reshuffle_each_iteration})")
 
 
+def tf_style_error(args: tuple, kwargs: dict, error: TypeError | None = None) -> TypeError:
+    """The help for a call written in tf.data's order, ``shuffle(buffer_size, seed)``.
+
+    tf.data's first argument is the buffer size; jdata's is a key. Following
+    the generic hint (``key=jax.random.key(1024)``) would silently turn a
+    buffer of 1024 into a full shuffle, so the message spells out both.
+    """
+    names = ("key", "buffer_size", "reshuffle_each_iteration")
+    if error is not None and (set(kwargs) - {*names, "seed"} or len(args) > len(names)):
+        return TypeError(f"shuffle: {error}")  # not a tf.data call: Python's message says why
+    is_int = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
+    first = args[0] if args else kwargs.get("key")
+    size, seed = kwargs.get("buffer_size"), kwargs.get("seed")
+    if is_int(first):  # tf.data's buffer size where jdata's key goes
+        size = first
+        if seed is None and len(args) > 1 and is_int(args[1]):
+            seed = args[1]  # tf.data's shuffle(1024, 42)
+    elif len(args) > 1:
+        size = args[1]
+    shown = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kwargs.items()])
+    size_text = "N" if not is_int(size) else int(size)
+    seed_text = "seed" if not is_int(seed) else int(seed)
+    return TypeError(
+        f"shuffle({shown}): jdata's shuffle takes a JAX PRNG key first, then buffer_size "
+        f"(tf.data's takes the buffer size first, then seed=). tf.data's "
+        f"shuffle({size_text}, seed={seed_text}) is a buffer shuffle of {size_text} elements; "
+        f"in jdata write ds.shuffle(jax.random.key({seed_text}), buffer_size={size_text}). "
+        "(ds.shuffle(key) without buffer_size is a full shuffle of the whole input, which "
+        "needs a random-access input.)")
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"<{type(value).__name__}>"
+
+
 class _PermutedReader:
     """Element ``i`` is the input's element ``perm(i)``: a full shuffle in O(1) memory."""
 

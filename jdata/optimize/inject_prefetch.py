@@ -6,9 +6,9 @@ many cheap pipelines take per batch, and pays only when the consumer has
 work of its own: so the injected prefetch starts synchronous (buffer 0)
 and the autotuner's model gives it a buffer once the measured consumer
 time makes that worth it. The rule fires only for plans that produce
-batches or run parallel work, and only with ``Options(autotune=True)``; a
-plan already ending in ``prefetch`` or ``to_global`` (which prefetches onto
-the devices) is left alone.
+batches or run parallel work, and only with ``Options(autotune=True)`` and
+``Options(inject_prefetch=True)`` (the defaults); a plan already ending in
+``prefetch`` or ``to_global`` (which prefetches onto the devices) is left alone.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class InjectPrefetchRule:
     def apply(self, plan: Node, options) -> Node:
         output = _output(plan)
         # to_global keeps its own batches ahead, on the devices.
-        if (not options.autotune or output.op_name in ("prefetch", "to_global")
-                or not _worth_it(plan)):
+        if (not options.autotune or not options.inject_prefetch
+                or output.op_name in ("prefetch", "to_global") or not _worth_it(plan)):
             return plan
         return InjectedPrefetchNode(plan)

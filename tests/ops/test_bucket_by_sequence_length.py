@@ -215,3 +215,17 @@ def test_length_function_errors_are_udf_errors():
     with pytest.raises(jdata.UDFError) as info:
         list(ds)
     assert info.value.position == 0 and isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+def test_numpy_arrays_for_boundaries_and_batch_sizes_as_ports_compute_them():
+    def build(boundaries, sizes):
+        return jdata.range(20).bucket_by_sequence_length(lambda x: x, boundaries, sizes)
+    expected = [b.tolist() for b in build([5, 10], [2, 3, 4])]
+    for boundaries, sizes in [(np.array([5, 10]), np.array([2, 3, 4])),
+                              (np.arange(5, 11, 5, dtype=np.int32), (2, 3, 4)),
+                              ([np.int64(5), np.int64(10)], np.array([2, 3, 4], np.uint8))]:
+        assert [b.tolist() for b in build(boundaries, sizes)] == expected
+    with pytest.raises(TypeError, match="bucket_boundaries=5.0 must be an int"):
+        build(np.array([5.0, 10.0]), [2, 3, 4])
+    with pytest.raises(TypeError, match="(?s)bucket_batch_sizes=.* must be a list of batch sizes"):
+        build([5, 10], np.ones((3, 1), np.int64))

@@ -92,11 +92,16 @@ def test_fn_error_is_a_udf_error_and_iteration_continues():
 
 def test_random_ops_inside_get_different_keys_per_outer_element():
     key = jax.random.key(0)
-    ds = jdata.range(3).flat_map(lambda i: jdata.range(2).random_map(lambda x, k: k, key))
+
+    def build():
+        return jdata.range(3).flat_map(lambda i: jdata.range(2).random_map(lambda x, k: k, key))
+
+    ds = build()
     out = check_restore_at_every_step(ds)
     assert len({tuple(k.tolist()) for k in out}) == 6
-    again = take_list(ds)
-    assert [k.tolist() for k in again] == [k.tolist() for k in out]
+    assert [k.tolist() for k in take_list(build())] == [k.tolist() for k in out]
+    # The dataset's next iterator is its next epoch: new keys inside too.
+    assert not {tuple(k.tolist()) for k in take_list(ds)} & {tuple(k.tolist()) for k in out}
 
 
 def test_random_ops_inside_differ_across_epochs_of_a_repeat():

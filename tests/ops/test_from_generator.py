@@ -167,3 +167,26 @@ def test_an_in_place_write_raises_and_leaves_what_the_generator_yields_intact(si
     ds = jdata.from_generator(lambda: iter(records), output_signature=signature)
     assert_read_only_write(ds.map(lambda e: add_one_in_place(e["x"])).repeat(2))
     assert [e["x"].tolist() for e in records] == [[0], [1], [2]]
+
+
+def test_args_are_passed_to_fn_on_every_pass_as_tf_data_does():
+    calls = []
+
+    def rows(n, scale, names):
+        calls.append((n, scale, names))
+        yield from (scale * i for i in range(int(n)))
+
+    ds = jdata.from_generator(rows, args=(3, 10, ["a", "b"]))
+    assert [int(x) for x in ds] == [0, 10, 20]
+    n, scale, names = calls[-1]
+    assert isinstance(n, np.int64) and isinstance(names, np.ndarray)
+    assert names.tolist() == ["a", "b"] and not names.flags.writeable
+    it = ds.iterator()
+    next(it)
+    assert [int(x) for x in ds.iterator(it.get_state())] == [10, 20]
+    assert jdata.from_generator(rows, args=[2, 1, []]).cardinality() == jdata.UNKNOWN
+
+
+def test_args_that_are_not_a_tuple_show_the_fix():
+    with pytest.raises(TypeError, match=r"args=5 must be a tuple.*args=\(5,\)"):
+        jdata.from_generator(lambda n: range(n), args=5)

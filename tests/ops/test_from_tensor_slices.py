@@ -105,3 +105,18 @@ def test_an_in_place_write_raises_and_leaves_the_tensors_intact(path):
     assert not x.any() and x.flags.writeable
     row = next(iter(jdata.from_tensor_slices(tensors)))
     assert np.shares_memory(row["x"], x)  # no copies
+
+
+@pytest.mark.parametrize("tensors", [
+    [jdata.range(2), jdata.range(3)], (jdata.range(2),), {"a": jdata.range(2)}, jdata.range(2)])
+def test_datasets_are_not_tensors_and_the_error_names_from_source(tensors):
+    with pytest.raises(TypeError, match=r"jdata.from_source\(\[ds1, ds2\]\).*sample_from_datasets"):
+        jdata.from_tensor_slices(tensors)
+    with pytest.raises(TypeError, match="from_tensors: .*from_source"):
+        jdata.from_tensors(tensors)
+
+
+def test_the_suggested_dataset_of_datasets_reads_them():
+    ds = jdata.from_source([jdata.range(3), jdata.range(10, 12)]).interleave(
+        lambda d: d, cycle_length=2)
+    assert [int(x) for x in ds] == [0, 10, 1, 11, 2]

@@ -32,17 +32,20 @@ def test_decode_jpeg_gives_rgb_uint8_for_color_and_grayscale_files():
 
 def test_random_crop_and_flip_cover_every_choice_and_repeat_per_key():
     x = np.arange(6 * 5 * 1).reshape(6, 5, 1)
-    ds = (jdata.from_tensors(x).repeat(400)
-          .random_map(image.random_crop(3, 3), jax.random.key(0))
-          .random_map(image.random_flip(), jax.random.key(1)))
-    crops = [c for c in ds]
+
+    def build():
+        return (jdata.from_tensors(x).repeat(400)
+                .random_map(image.random_crop(3, 3), jax.random.key(0))
+                .random_map(image.random_flip(), jax.random.key(1)))
+
+    crops = [c for c in build()]
     corners = {(int(c[0, 0, 0]), int(c[0, 2, 0])) for c in crops}
     # 4 x 3 places, each flipped or not: the top row's first and last values tell them apart.
     assert len(corners) == 24
     flipped = sum(int(c[0, 0, 0]) > int(c[0, 2, 0]) for c in crops)
     assert 140 < flipped < 260
-    again = [c for c in ds]
-    assert all((a == b).all() for a, b in zip(crops, again))
+    again = [c for c in build()]
+    assert len(again) == 400 and all((a == b).all() for a, b in zip(crops, again))
 
 
 def test_random_crop_larger_than_the_image_fails_clearly():

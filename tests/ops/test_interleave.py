@@ -146,12 +146,17 @@ def test_num_parallel_calls_does_not_change_the_output():
 
 def test_random_ops_inside_get_keys_per_outer_element():
     key = jax.random.key(3)
-    ds = jdata.range(3).interleave(
-        lambda i: jdata.range(2).random_map(lambda x, k: k, key), cycle_length=2)
+
+    def build():
+        return jdata.range(3).interleave(
+            lambda i: jdata.range(2).random_map(lambda x, k: k, key), cycle_length=2)
+
+    ds = build()
     out = check_restore_at_every_step(ds)
     keys = {tuple(k.tolist()) for k in out}
     assert len(keys) == 6
-    assert [k.tolist() for k in take_list(ds)] == [k.tolist() for k in out]
+    assert [k.tolist() for k in take_list(build())] == [k.tolist() for k in out]
+    assert not {tuple(k.tolist()) for k in take_list(ds)} & keys
 
 
 def _outcomes(it, limit=None):

@@ -64,14 +64,48 @@ def test_default_weights_are_uniform():
 
 
 def test_randomness_is_a_function_of_the_key_and_epoch():
-    def order(key, repeat=1):
+    def order(key, repeat=1, rerandomize=True):
         return ints(jdata.sample_from_datasets([jdata.range(20), jdata.range(100, 120)],
-                                               key=key).repeat(repeat))
+                                               key=key, rerandomize_each_iteration=rerandomize)
+                    .repeat(repeat))
     assert order(KEY) == order(jax.random.key(0))
     assert order(KEY) != order(jax.random.key(1))
     twice = order(KEY, repeat=2)
     assert twice[:40] == order(KEY)
     assert sorted(twice[40:]) == sorted(twice[:40]) and twice[40:] != twice[:40]
+
+
+@pytest.mark.parametrize("rerandomize", [None, False])
+def test_by_default_every_epoch_draws_the_same_order_as_in_tf_data(rerandomize):
+    def build():
+        return jdata.sample_from_datasets(
+            [jdata.range(20), jdata.range(100, 120)], [0.5, 0.5], KEY,
+            rerandomize_each_iteration=rerandomize)
+    ds = build()
+    first = ints(ds)
+    assert ints(ds) == first and ints(build().repeat(2)) == first + first
+    # The choices stay; datasets that reshuffle still do (tf.data's behaviour too).
+    shuffled = jdata.sample_from_datasets(
+        [jdata.range(20).shuffle(jax.random.key(5)), jdata.range(100, 120)], [0.5, 0.5], KEY,
+        rerandomize_each_iteration=rerandomize)
+    a, b = ints(shuffled), ints(shuffled)
+    assert [x >= 100 for x in a] == [x >= 100 for x in b] and a != b
+
+
+def test_rerandomize_each_iteration_draws_anew_per_iterator():
+    ds = jdata.sample_from_datasets([jdata.range(20), jdata.range(100, 120)], [0.5, 0.5], KEY,
+                                    rerandomize_each_iteration=True)
+    first, second = ints(ds), ints(ds)
+    assert first != second and sorted(first) == sorted(second)
+    with pytest.raises(TypeError, match="rerandomize_each_iteration"):
+        jdata.sample_from_datasets([jdata.range(2)], key=KEY, rerandomize_each_iteration=1)
+
+
+def test_tf_datas_seed_argument_shows_the_key_spelling():
+    with pytest.raises(TypeError, match=r"seed=3 is tf.data's.*key=jax.random.key\(3\)"):
+        jdata.sample_from_datasets([jdata.range(2), jdata.range(3)], [0.5, 0.5], seed=3)
+    with pytest.raises(TypeError, match=r"key=jax.random.key\(7\)"):
+        jdata.sample_from_datasets([jdata.range(2), jdata.range(3)], [0.5, 0.5], 7)
 
 
 @pytest.mark.parametrize("stop_on_empty_dataset", [False, True])

@@ -241,3 +241,44 @@ def _find(tree, key):
         return next((v for v in map(lambda c: _find(c, key), tree.values()) if v is not None),
                     None)
     return None
+
+
+# tf.data's shuffle(buffer_size, seed=None) puts the buffer size first. Following a
+# generic "pass key=jax.random.key(1024)" hint would silently make a full shuffle.
+TF_STYLE_CALLS = {
+    "shuffle(1024)": ((1024,), {}, "1024", "seed"),
+    "shuffle(1024, 42)": ((1024, 42), {}, "1024", "42"),
+    "shuffle(buffer_size=1024, seed=0)": ((), {"buffer_size": 1024, "seed": 0}, "1024", "0"),
+    "shuffle(buffer_size=1024)": ((), {"buffer_size": 1024}, "1024", "seed"),
+    "shuffle(1024, seed=5)": ((1024,), {"seed": 5}, "1024", "5"),
+    "shuffle(1000, key=k)": ((1000,), {"key": KEY}, "1000", "seed"),
+    "shuffle(np.int64(64))": ((np.int64(64),), {}, "64", "seed"),
+}
+
+
+@pytest.mark.parametrize("call", TF_STYLE_CALLS)
+def test_tf_data_argument_order_gets_the_jdata_spelling(call):
+    args, kwargs, size, seed = TF_STYLE_CALLS[call]
+    with pytest.raises(TypeError) as info:
+        jdata.range(10).shuffle(*args, **kwargs)
+    message = str(info.value)
+    assert f"ds.shuffle(jax.random.key({seed}), buffer_size={size})" in message
+    assert f"shuffle({size}, seed={seed}) is a buffer shuffle of {size} elements" in message
+    assert "full shuffle" in message  # what the key-only spelling would do instead
+    assert f"key=jax.random.key({size})" not in message
+
+
+def test_a_key_with_tf_datas_seed_too_is_refused():
+    with pytest.raises(TypeError, match=r"ds.shuffle\(jax.random.key\(3\), buffer_size=16\)"):
+        jdata.range(10).shuffle(KEY, 16, seed=3)
+
+
+def test_unrelated_bad_arguments_keep_pythons_message():
+    with pytest.raises(TypeError, match="shuffle: .*unexpected keyword argument 'bogus'"):
+        jdata.range(10).shuffle(KEY, bogus=3)
+
+
+def test_reshuffle_each_iteration_none_is_tf_datas_default():
+    ds = jdata.range(10).shuffle(KEY, buffer_size=4, reshuffle_each_iteration=None)
+    first, second = [int(x) for x in ds], [int(x) for x in ds]
+    assert first != second and sorted(first) == sorted(second)

@@ -117,6 +117,17 @@ def test_inject_prefetch_only_for_batches_or_parallel_work():
     _same_with_and_without(batched)
 
 
+def test_inject_prefetch_option_turns_off_that_prefetch_alone():
+    ds = jdata.range(40).map(lambda x: x + 1).map(lambda x: x * 2).batch(4)
+    off = ds.with_options(jdata.Options(inject_prefetch=False))
+    fired = [f.rule for f in _optimized(off).fired]
+    assert "inject_prefetch" not in fired and "map_fusion" in fired
+    assert "inject_prefetch" in [f.rule for f in _optimized(ds).fired]
+    assert [b.tolist() for b in off] == [b.tolist() for b in ds]
+    with pytest.raises(TypeError, match="inject_prefetch"):
+        jdata.Options(inject_prefetch=None)
+
+
 def _busy(x, iterations=300):
     total = 0
     for i in range(iterations):
