@@ -139,8 +139,9 @@ def check_rows(rows: int, split: Split, where: str, sharding, *, full: int | Non
                ) -> None:
     """``ValueError`` unless a per-host batch of ``rows`` splits evenly over ``split``.
 
-    ``where`` names the leaf ("the leaf at ['x']"); ``full`` is the rows of the other batches where
-    this one is a short remainder (``batch`` without ``drop_remainder``).
+    ``where`` names the leaf ("the leaf at ['x']"); ``full`` is the rows of
+    the other batches where this one is a short remainder (``batch`` without
+    ``drop_remainder``).
     """
     need = split.local
     if rows % need == 0:
