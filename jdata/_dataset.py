@@ -763,22 +763,51 @@ class Dataset:
         iterator's state leaves out the batches already on the devices: a
         restore transfers them again, exactly.
 
+        ``None`` in a pytree of shardings keeps the leaves below it on the
+        host: they come out as the per-host NumPy batch, unchanged (ids,
+        ``bytes`` and ``str`` leaves, which a ``jax.Array`` cannot hold), in
+        the same element as their batch's device leaves.
+
+        Every batch must split evenly over the devices: its rows on this host
+        a multiple of the number of row blocks the sharding puts on this
+        host's devices (one host: all of them; the global batch is then the
+        hosts' batches together). Batch sizes known when the dataset is built
+        (``batch(n)``, with its last batch where the input's cardinality is
+        known) are checked then; others when the batch arrives. Batch with
+        ``drop_remainder=True`` so that a short last batch is dropped.
+
         Args:
-          sharding: a ``jax.sharding.Sharding`` for every leaf, or a pytree of
-            them matching the elements.
+          sharding: a ``jax.sharding.Sharding`` for every leaf, or a pytree
+            with the elements' structure (or a prefix of it) whose leaves are
+            shardings, or ``None`` for leaves kept on the host.
           prefetch: batches kept on the devices ahead of the consumer.
+
+        Raises:
+          TypeError: ``sharding`` is not a sharding or such a pytree, or a
+            ``bytes``/``str`` leaf has a sharding.
+          ValueError: the pytree does not match the elements, or a batch does
+            not split evenly over the devices (when the dataset is built
+            where its spec and batch sizes are known, else at that batch).
 
         >>> import jax, numpy as np, jdata
         >>> mesh = jax.sharding.Mesh(jax.devices(), ("data",))
-        >>> spec = jax.sharding.PartitionSpec("data")
-        >>> ds = jdata.range(8).batch(4).to_global(jax.sharding.NamedSharding(mesh, spec))
-        >>> [type(b).__name__ for b in ds] == ["ArrayImpl"] * 2
-        True
+        >>> rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+        >>> n = 2 * jax.device_count()  # a multiple of the devices the rows are split over
+        >>> ds = jdata.from_tensor_slices({"x": np.arange(4 * n, dtype=np.float32),
+        ...                                "id": [b"%d" % i for i in range(4 * n)]})
+        >>> ds = ds.batch(n, drop_remainder=True)
+        >>> first = ds.to_global({"x": rows, "id": None}).take(1).get_single_element()
+        >>> type(first["x"]).__name__, type(first["id"]).__name__, first["id"][:2].tolist()
+        ('ArrayImpl', 'ndarray', [b'0', b'1'])
+        >>> ds.to_global(rows)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: to_global: the leaf at ['id'] holds bytes or str, ... put None at its place...
         """
-        from jdata.hosts import to_global
+        from jdata.hosts import shardings, to_global
 
-        to_global.check_shardings(sharding)
+        shardings.check_argument(sharding)
         check.int_arg(prefetch, "prefetch", "to_global", minimum=0)
+        to_global.check_input(self._node, sharding)
         return Dataset(to_global.ToGlobalNode(self._node, sharding, int(prefetch)))
 
     def ignore_errors(self, log_warning: bool = False) -> Dataset:

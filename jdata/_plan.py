@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from jdata import _tree
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
@@ -17,6 +17,17 @@ from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 # Derived facts about nodes (element specs) live beside the nodes, not in
 # them, so that nodes stay frozen and pickle without caches.
 _MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class BatchSizes(NamedTuple):
+    """The leading dimension of a node's elements where static facts fix it (else None).
+
+    ``full``: every element's but the last; ``last``: the last one's (equal
+    to ``full`` where nothing makes it shorter).
+    """
+
+    full: int | None
+    last: int | None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -104,6 +115,17 @@ class Node:
         except Exception:  # e.g. nested datasets (window), or inputs that do not combine
             return None
         return sizes.pop() if len(sizes) == 1 else None
+
+    def static_batch_sizes(self) -> BatchSizes:
+        """``static_batch_size``, or more where a batching op knows its short last batch.
+
+        ``batch(n)`` without ``drop_remainder`` has no static batch size, but
+        every batch but the last has ``n`` rows, and a known input cardinality
+        fixes the last one's: what ``to_global`` checks against its sharding
+        when the dataset is built.
+        """
+        size = self.static_batch_size()
+        return BatchSizes(size, size)
 
     def compute_spec(self):
         raise NotImplementedError(type(self).__name__)

@@ -170,3 +170,16 @@ def test_walking_the_plan_does_not_scan_an_in_memory_source():
     ds.explain()
     assert take_list(ds, 1)[0].tolist() == [1, 2, 3, 4]
     assert _CountingList.reads < 100  # a few probed for the element spec, not a million
+
+
+def test_static_batch_sizes_know_a_short_last_batch_from_the_cardinality():
+    assert jdata.range(20).batch(8)._node.static_batch_sizes() == (8, 4)
+    assert jdata.range(24).batch(8)._node.static_batch_sizes() == (8, 8)
+    assert jdata.range(20).batch(8, drop_remainder=True)._node.static_batch_sizes() == (8, 8)
+    assert jdata.range(20).filter(lambda x: x > 2).batch(8)._node.static_batch_sizes() == (
+        8, None)
+    assert jdata.range(5).padded_batch(2)._node.static_batch_sizes() == (2, 1)
+    assert jdata.counter().batch(3)._node.static_batch_sizes() == (3, 3)
+    # Other ops know only static_batch_size: a remainder may come anywhere after repeat.
+    assert jdata.range(20).batch(8).repeat(2)._node.static_batch_sizes() == (None, None)
+    assert jdata.range(20).batch(5).map(lambda x: x)._node.static_batch_sizes() == (None, None)

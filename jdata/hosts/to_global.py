@@ -9,25 +9,13 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from jdata import _planner, _spec, _tree
+from jdata import _plan, _planner, _spec, _tree
 from jdata._plan import Node
+from jdata.hosts import shardings
 from jdata.runtime import prefetch
 from jdata.runtime.iterator import Iterator, UnaryIterator
 
 _OP = "to_global"
-
-
-def _is_sharding(x) -> bool:
-    return isinstance(x, jax.sharding.Sharding)
-
-
-def check_shardings(sharding) -> None:
-    leaves = jax.tree_util.tree_leaves(sharding, is_leaf=_is_sharding)
-    if not leaves or not all(_is_sharding(s) for s in leaves):
-        raise TypeError(
-            f"{_OP}: sharding={sharding!r} must be a jax.sharding.Sharding (or a pytree of "
-            "them matching the elements), e.g. NamedSharding(Mesh(jax.devices(), ('data',)), "
-            "PartitionSpec('data'))")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -46,46 +34,133 @@ class ToGlobalNode(Node):
         spec = self.input.element_spec()
         if jax.process_count() == 1:  # one host: its batch is the global batch
             return spec
-        return _tree.map(lambda s: _spec.TensorSpec((None, *s.shape[1:]), s.dtype), spec)
+        flat, tree = _tree.flatten(spec)
+        targets = shardings.per_leaf(self.sharding, spec)
+        return _tree.unflatten(tree, [s if t is None else _global_spec(s, t)
+                                      for s, t in zip(flat, targets)])
 
     def __str__(self):
-        return f"ToGlobal(sharding={_describe(self.sharding)}, prefetch={self.prefetch})"
+        return (f"ToGlobal(sharding={shardings.describe_tree(self.sharding)}, "
+                f"prefetch={self.prefetch})")
 
 
-def _describe(sharding) -> str:
-    if isinstance(sharding, jax.sharding.NamedSharding):
-        return f"NamedSharding({dict(sharding.mesh.shape)}, {sharding.spec})"
-    text = repr(sharding)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _global_spec(spec: _spec.TensorSpec, sharding) -> _spec.TensorSpec:
+    """A device leaf's spec: the hosts' batches side by side (host leaves keep theirs)."""
+    if not spec.shape:
+        return spec
+    split = shardings.batch_split(sharding, spec.rank)
+    rows = spec.shape[0]
+    rows = rows * split.hosts if rows is not None and split is not None else None
+    return _spec.TensorSpec((rows, *spec.shape[1:]), spec.dtype)
 
 
-def _global(sharding, leaf, path):
-    if isinstance(leaf, (bytes, str)) or (isinstance(leaf, np.ndarray) and leaf.dtype == object):
-        raise TypeError(f"{_OP}: the leaf at {jax.tree_util.keystr(path)} holds bytes or str, "
-                        "which a jax.Array cannot; map it to numbers before to_global")
-    if np.ndim(leaf) == 0:
-        raise ValueError(f"{_OP}: the leaf at {jax.tree_util.keystr(path)} is a scalar; "
-                         "to_global takes batches (batch before it)")
-    return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
+def check_input(node: Node, sharding) -> None:
+    """The checks static facts allow when the dataset is built; iteration does the rest.
+
+    With an element spec that runs no user code: the sharding's structure,
+    and no bytes, str or scalar leaf under a sharding. With known batch
+    sizes (``Node.static_batch_sizes``): every batch, the short last one included,
+    splits evenly over the devices of this process.
+    """
+    if node.cardinality() == 0:
+        return
+    spec = _static_spec(node)
+    if spec is not None:
+        flat, _ = jax.tree_util.tree_flatten_with_path(spec)
+        device = []
+        for (path, leaf), target in zip(flat, shardings.per_leaf(sharding, spec)):
+            if target is not None and isinstance(leaf, _spec.TensorSpec):
+                _check_kind(leaf.dtype == object, leaf.rank, shardings.where(path))
+                device.append((shardings.where(path), target, leaf.rank))
+    else:  # only the sharding's own leaves are known
+        flat, _ = jax.tree_util.tree_flatten_with_path(sharding, is_leaf=shardings.is_leaf)
+        device = [(shardings.where(path) if path else "every leaf", target, None)
+                  for path, target in flat if target is not None]
+    sizes = node.static_batch_sizes()
+    for where, target, rank in device:
+        split = shardings.batch_split(target, rank)
+        if split is None:
+            continue
+        if sizes.full is not None:
+            shardings.check_rows(sizes.full, split, where, target)
+        if sizes.last is not None:
+            shardings.check_rows(sizes.last, split, where, target, full=sizes.full)
+
+
+def _static_spec(node: Node):
+    """The input's element spec where computing it runs no user function, else None."""
+    if not _plan.spec_is_static(node):
+        return None
+    try:
+        return node.element_spec()
+    except Exception:  # e.g. inputs that do not combine: iteration reports it
+        return None
+
+
+def _check_kind(text: bool, rank: int, where: str) -> None:
+    if text:
+        raise TypeError(
+            f"{_OP}: {where} holds bytes or str, which a jax.Array cannot; put None at its "
+            "place in the sharding pytree to keep it on the host as NumPy (e.g. "
+            "{'image': sharding, 'text': None}), or map it to numbers before to_global")
+    if rank == 0:
+        raise ValueError(f"{_OP}: {where} is a scalar; to_global takes batches (batch before "
+                         "it), or put None at its place in the sharding pytree to keep it "
+                         "on the host")
 
 
 class _Globalize(UnaryIterator):
-    """Each per-host batch as a pytree of global arrays (the transfers start here)."""
+    """Each per-host batch with its device leaves as global arrays (the transfers start
+    here) and its host leaves (``None`` in the sharding) as they are."""
 
     OP = "to_global"
 
     def __init__(self, input_iterator: Iterator, sharding):
         super().__init__(input_iterator)
         self._sharding = sharding
+        self._treedef = None
+        self._targets: list = []  # (leaf index, sharding, where) of each device leaf
+        self._splits: dict = {}  # (leaf index, rank) -> shardings.Split | None
+        self._rows = 0  # the most rows a batch had: a batch with fewer is a remainder
+
+    def _match(self, batch, treedef) -> None:
+        """Pairs the batch's leaves with their shardings, once per structure."""
+        flat, _ = jax.tree_util.tree_flatten_with_path(batch)
+        targets = shardings.per_leaf(self._sharding, batch)
+        self._targets = [(i, target, shardings.where(path))
+                         for i, ((path, _), target) in enumerate(zip(flat, targets))
+                         if target is not None]
+        self._treedef = treedef
 
     def __next__(self):
         batch = next(self._input)
-        if _is_sharding(self._sharding):
-            return jax.tree_util.tree_map_with_path(
-                lambda path, leaf: _global(self._sharding, leaf, path), batch)
-        return jax.tree_util.tree_map_with_path(
-            lambda path, sharding, leaf: _global(sharding, leaf, path), self._sharding, batch,
-            is_leaf=_is_sharding)
+        leaves, treedef = _tree.flatten(batch)
+        if self._treedef is None or treedef != self._treedef:
+            self._match(batch, treedef)
+        if not self._targets:
+            return batch
+        data = [self._checked(leaves[i], i, target, where)
+                for i, target, where in self._targets]
+        self._rows = max(self._rows, data[0].shape[0])
+        # One call for all device leaves: on one host, one device_put of the whole list.
+        arrays = jax.make_array_from_process_local_data([t for _, t, _ in self._targets], data)
+        for (i, _, _), array in zip(self._targets, arrays):
+            leaves[i] = array
+        return _tree.unflatten(treedef, leaves)
+
+    def _checked(self, leaf, i: int, sharding, where: str) -> np.ndarray:
+        _check_kind(isinstance(leaf, (bytes, str)) or
+                    (isinstance(leaf, np.ndarray) and leaf.dtype == object),
+                    np.ndim(leaf), where)
+        leaf = np.asarray(leaf)
+        key = (i, leaf.ndim)
+        if key not in self._splits:
+            self._splits[key] = shardings.batch_split(sharding, leaf.ndim)
+        split, rows = self._splits[key], leaf.shape[0]
+        if split is not None:
+            shardings.check_rows(rows, split, where, sharding,
+                                 full=self._rows if rows < self._rows else None)
+        return leaf
 
 
 def _iterator(node: ToGlobalNode, ctx, epoch: int):
@@ -93,7 +168,8 @@ def _iterator(node: ToGlobalNode, ctx, epoch: int):
     if node.prefetch == 0:
         return converted
     # A thread converts ahead: up to `prefetch` batches sit on the devices; the state is the
-    # input's before the oldest of them, so a restore transfers them again.
+    # input's before the oldest of them, so a restore transfers them again. Host leaves ride
+    # in the same buffer, so each stays with its batch's device leaves.
     return prefetch.PrefetchIterator(converted, node.prefetch)
 
 

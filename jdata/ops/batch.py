@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from jdata import _planner, _spec, _tree
 from jdata._constants import INFINITE, UNKNOWN
-from jdata._plan import Node
+from jdata._plan import BatchSizes, Node
 from jdata.runtime import parallel
 from jdata.runtime.iterator import Iterator, UnaryIterator, read_block
 
@@ -35,9 +35,21 @@ class BatchNode(Node):
     def static_batch_size(self) -> int | None:
         return self.batch_size if self.drop_remainder else None
 
+    def static_batch_sizes(self) -> BatchSizes:
+        return batched_sizes(self.input.cardinality(), self.batch_size, self.drop_remainder)
+
     def compute_spec(self):
         return _spec.batched(self.input.element_spec(),
                              self.batch_size if self.drop_remainder else None)
+
+
+def batched_sizes(n: int, batch_size: int, drop_remainder: bool) -> BatchSizes:
+    """The rows of full batches and of the last one, of ``n`` input elements."""
+    if drop_remainder or n == INFINITE or (n >= 0 and n % batch_size == 0):
+        return BatchSizes(batch_size, batch_size)
+    if n == UNKNOWN:
+        return BatchSizes(batch_size, None)
+    return BatchSizes(batch_size, n % batch_size)
 
 
 def batched_cardinality(n: int, batch_size: int, drop_remainder: bool) -> int:

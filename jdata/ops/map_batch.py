@@ -12,7 +12,7 @@ import dataclasses
 from typing import Callable, ClassVar
 
 from jdata import _planner, _spec
-from jdata._plan import Node
+from jdata._plan import BatchSizes, Node
 from jdata.ops import batch as batch_op
 from jdata.ops import map as map_op
 from jdata.ops.map import MapNode
@@ -40,6 +40,10 @@ class MapBatchNode(Node):
 
     def static_batch_size(self) -> int | None:
         return self.batch_size if self.drop_remainder else None
+
+    def static_batch_sizes(self) -> BatchSizes:
+        return batch_op.batched_sizes(self.input.cardinality(), self.batch_size,
+                                      self.drop_remainder)
 
     def parallel_udf(self) -> Callable:
         return self.fn

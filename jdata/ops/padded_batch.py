@@ -10,8 +10,8 @@ import jax
 import numpy as np
 
 from jdata import _planner, _spec, _tree
-from jdata._plan import Node
-from jdata.ops.batch import BatchIterator, BatchReader, batched_cardinality
+from jdata._plan import BatchSizes, Node
+from jdata.ops.batch import BatchIterator, BatchReader, batched_cardinality, batched_sizes
 
 _OP = "padded_batch"
 _LEAF = _tree.structure(np.zeros(()))  # the structure of a bare array element
@@ -46,6 +46,9 @@ class PaddedBatchNode(Node):
 
     def static_batch_size(self) -> int | None:
         return self.batch_size if self.drop_remainder else None
+
+    def static_batch_sizes(self) -> BatchSizes:
+        return batched_sizes(self.input.cardinality(), self.batch_size, self.drop_remainder)
 
     def random_access(self) -> bool:
         return self.input.random_access()

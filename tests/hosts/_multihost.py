@@ -4,7 +4,9 @@ Run by tests/hosts/test_multihost.py as
 ``python tests/hosts/_multihost.py PROCESS_ID PORT OUT_DIR MODE``; writes
 ``OUT_DIR/process_<id>.json`` with what it saw. MODE is ``full`` (every step),
 ``crash`` (checkpoint every step with Orbax, die without cleanup after step
-``CRASH_AFTER``) or ``resume`` (restore the latest checkpoint, then go on).
+``CRASH_AFTER``), ``resume`` (restore the latest checkpoint, then go on) or
+``host_leaves`` (a per-host batch of 4 rows over the 8 devices, with a
+``bytes`` leaf kept on the host, and the batch sizes that cannot split).
 """
 
 import json
@@ -24,6 +26,12 @@ GLOBAL_BATCH, ELEMENTS, CRASH_AFTER = 16, 100, 3
 def main(process_id: int, port: int, out_dir: str, mode: str) -> None:
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                                process_id=process_id, initialization_timeout=120)
+    if mode == "host_leaves":
+        out = host_leaves()
+        with open(os.path.join(out_dir, f"process_{process_id}.json"), "w") as f:
+            json.dump(out, f)
+        jax.distributed.shutdown()
+        return
     import numpy as np
     import orbax.checkpoint as ocp
 
@@ -66,6 +74,49 @@ def main(process_id: int, port: int, out_dir: str, mode: str) -> None:
     if manager is not None:
         manager.close()
     jax.distributed.shutdown()
+
+
+def host_leaves() -> dict:
+    """Each host batches 4 rows: 8 global rows, one per device (4 on each host's devices)."""
+    import numpy as np
+
+    import jdata
+
+    P = jax.sharding.PartitionSpec
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+    rows = jax.sharding.NamedSharding(mesh, P("data"))
+    grid = jax.sharding.NamedSharding(  # 4 row blocks, 2 of them on each host's devices
+        jax.sharding.Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model")), P("data"))
+    source = jdata.hosts.shard_for_this_host(jdata.range(40)).map(
+        lambda x: {"x": x * 10, "id": b"%d" % x})
+    ds = source.batch(4, drop_remainder=True).to_global({"x": rows, "id": None})
+    total = jax.jit(lambda b: b.sum())
+    steps = []
+    for batch in ds:
+        shards = sorted(batch["x"].addressable_shards, key=lambda s: s.index[0].start)
+        steps.append({"local": [int(v) for s in shards for v in np.asarray(s.data)],
+                      "ids": [bytes(i).decode() for i in batch["id"]],
+                      "shape": list(batch["x"].shape), "global_sum": int(total(batch["x"]))})
+    errors = {}
+    for name, build in (("rows_by_6", lambda: source.batch(6, drop_remainder=True)
+                         .to_global({"x": rows, "id": None})),
+                        ("grid_by_3", lambda: source.batch(3, drop_remainder=True)
+                         .to_global({"x": grid, "id": None}))):
+        try:
+            build()
+        except ValueError as e:
+            errors[name] = str(e)
+    spec = ds.element_spec
+    grid_spec = source.batch(2, drop_remainder=True).to_global({"x": grid, "id": None})
+    return {"steps": steps, "errors": errors,
+            "spec": {"x": list(spec["x"].shape), "id": list(spec["id"].shape)},
+            "grid_spec": list(grid_spec.element_spec["x"].shape),
+            "grid_shape": _first_shape(grid_spec)}
+
+
+def _first_shape(ds) -> list:
+    with ds.iterator() as it:
+        return list(next(it)["x"].shape)
 
 
 if __name__ == "__main__":

@@ -73,3 +73,29 @@ def test_a_killed_run_resumed_from_its_orbax_checkpoint_gives_the_same_batches(t
     for host in range(2):
         got = crashed[host]["steps"] + resumed[host]["steps"]
         assert got == full_runs[0][host]["steps"]
+
+
+def test_host_leaves_stay_per_host_beside_global_arrays_and_batch_sizes_split_per_host(
+        tmp_path):
+    hosts = _run(tmp_path, "host_leaves")
+    for host in hosts:
+        # 4 rows per host make the 8-row global batch: a multiple of the 4 row blocks on
+        # each host's devices is enough, though the sharding has 8 blocks.
+        assert host["spec"] == {"x": [8], "id": [4]}
+        assert len(host["steps"]) == 5  # 20 elements per host, 4 per batch
+        for step in host["steps"]:
+            assert step["shape"] == [8]
+            # The host leaf is this host's batch, row for row with its part of the array.
+            assert step["local"] == [10 * int(i) for i in step["ids"]]
+        assert host["grid_spec"] == host["grid_shape"] == [4]
+        assert "has a batch of 6 rows" in host["errors"]["rows_by_6"]
+        assert ("splits dimension 0 into 8 blocks, 4 of them on this process's devices, so "
+                "each host's batch needs a multiple of 4 rows (the global batch is 2 hosts' "
+                "batches: a multiple of 8)") in host["errors"]["rows_by_6"]
+        assert "e.g. 4 or 8" in host["errors"]["rows_by_6"]
+        assert ("into 4 blocks, 2 of them on this process's devices"
+                in host["errors"]["grid_by_3"])
+    for a, b in zip(*(h["steps"] for h in hosts)):
+        assert a["global_sum"] == b["global_sum"] == sum(a["local"]) + sum(b["local"])
+    ids = [int(i) for h in hosts for step in h["steps"] for i in step["ids"]]
+    assert sorted(ids) == list(range(40))  # each host its own elements, every one once
