@@ -4,7 +4,7 @@ The reference is fixtures/tfm_vision_eval.npz and the three TFRecord files besid
 written by fixtures/make_tfm_vision_fixtures.py, which runs the Model Garden's own
 tf.data code. Order, batching, labels, crop windows and shapes must be equal; the
 images are compared twice: from TF's own decoded crops (resize and normalization must
-match to float32 rounding) and end to end with PIL's JPEG decoder (a stated tolerance).
+match to the bit) and end to end with PIL's JPEG decoder (a stated tolerance).
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ def _tf_crops() -> dict:
             for e, win, px in zip(_ENCODED, windows.tolist(), pieces)}
 
 
+_TF_CROPS = _tf_crops()
+
+
 def _decoder() -> port.Decoder:
     return port.Decoder({r: (e, label) for r, e, label in
                          zip(_RECORDS, _ENCODED, _FIXTURE["labels"])})
@@ -58,7 +61,7 @@ def _run(parser: port.Parser) -> tuple[np.ndarray, np.ndarray, list]:
 
 
 def _tf_decode_and_crop(image_bytes, crop_window, channels=3):
-    window, pixels = _tf_crops()[image_bytes]
+    window, pixels = _TF_CROPS[image_bytes]
     assert tuple(int(v) for v in crop_window) == window  # the port's window is TF's
     return pixels
 
