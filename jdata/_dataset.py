@@ -320,7 +320,8 @@ class Dataset:
         check_callable(fn, "fn", "flat_map")
         return Dataset(flat_map.FlatMapNode(self._node, fn))
 
-    def interleave(self, fn: Callable, cycle_length: int | None = None, block_length: int = 1,
+    def interleave(self, fn: Callable, cycle_length: int | None = None,
+                   block_length: int | None = 1,
                    num_parallel_calls: int | None = None,
                    deterministic: bool | None = None) -> Dataset:
         """Maps elements to datasets and interleaves them, as tf.data does.
@@ -333,7 +334,8 @@ class Dataset:
           cycle_length: datasets open at once. ``None`` means
             ``DEFAULT_CYCLE_LENGTH`` (8; tf.data uses the core count, which
             makes the order machine-dependent).
-          block_length: consecutive elements from each dataset.
+          block_length: consecutive elements from each dataset; ``None`` means 1
+            (tf.data's default, which ported code may pass explicitly).
           num_parallel_calls, deterministic: as in ``map``.
 
         >>> import jdata
@@ -345,6 +347,8 @@ class Dataset:
         check_callable(fn, "fn", "interleave")
         if cycle_length is None or cycle_length == AUTOTUNE:
             cycle_length = DEFAULT_CYCLE_LENGTH
+        if block_length is None:
+            block_length = 1
         check.int_arg(cycle_length, "cycle_length", "interleave", minimum=1)
         check.int_arg(block_length, "block_length", "interleave", minimum=1)
         check.parallelism(num_parallel_calls, deterministic, "interleave")
@@ -702,7 +706,8 @@ class Dataset:
         cannot change what a later pass reads.
 
         Args:
-          filename: ``None`` caches in memory. A path caches to that
+          filename: ``None`` (or ``""``, tf.data's default) caches in memory.
+            A path caches to that
             directory (ArrayRecord shards, written atomically as ``save``
             writes; ``pip install 'jdata[io]'``), which later runs of the same
             pipeline reuse: a directory written by a different pipeline
@@ -712,7 +717,7 @@ class Dataset:
         >>> [int(x) for x in jdata.range(3).map(lambda x: x * x).cache().repeat(2)]
         [0, 1, 4, 0, 1, 4]
         """
-        if filename is None:
+        if filename is None or (isinstance(filename, str) and filename == ""):
             return Dataset(cache.CacheNode(self._node))
         from jdata.io import file_cache
 

@@ -30,6 +30,11 @@ class WorkerError(RuntimeError):
     computing = False
 
 
+class UnpicklableJobError(TypeError):
+    """The job (a UDF, or a subtree's reader factory) cannot be pickled for worker
+    processes: ``engine="auto"`` keeps such work on threads."""
+
+
 class Outcome:
     """An element's result or the exception computing it raised."""
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from jdata.runtime import executors, memory, worker
 from jdata.runtime.engine import initial_engine, remember
 from jdata.runtime.iterator import Reader
-from jdata.runtime.outcomes import Outcome, WorkerError, compute_all
+from jdata.runtime.outcomes import Outcome, UnpicklableJobError, WorkerError, compute_all
 from jdata.runtime.segments import SharedMemoryError
 from jdata.runtime.stats import OpStats
 
@@ -129,7 +129,8 @@ class Pool:
     ``engine`` is ``"threads"``, ``"processes"`` or ``"auto"``: start on
     threads and move to processes if the first chunks show that the job
     holds the GIL (see ``EngineChooser``); ``"auto"`` goes back to threads
-    where shared memory has no room for the processes' work.
+    where shared memory has no room for the processes' work, and stays there
+    if the job cannot be pickled for them (a UDF holding a lock, say).
     """
 
     def __init__(self, job: Callable, parallelism: int, engine: str = "threads",
@@ -147,7 +148,9 @@ class Pool:
         memory.track(self.stats)
         try:
             self._executor = self._start(self.engine)
-        except SharedMemoryError as e:  # processes, as an earlier iterator decided
+        except (SharedMemoryError, UnpicklableJobError) as e:
+            # Processes, as an earlier iterator decided; a pipeline of the same code
+            # shares that decision even if its UDF holds data that does not pickle.
             if not self._auto:
                 raise
             self._executor = self._start("threads")
@@ -256,7 +259,7 @@ class Pool:
         if engine == "processes":
             try:
                 processes = self._start("processes")
-            except SharedMemoryError as e:
+            except (SharedMemoryError, UnpicklableJobError) as e:
                 self._stay_on_threads(e)
                 return
             old, self._executor = self._executor, processes
@@ -274,9 +277,12 @@ class Pool:
         self.sizer = ChunkSizer(chunk_target("threads"))
         self._stay_on_threads(error)
 
-    def _stay_on_threads(self, error: SharedMemoryError) -> None:
+    def _stay_on_threads(self, error: SharedMemoryError | UnpicklableJobError) -> None:
         # Remembered, so later iterators of the pipeline do not try processes again.
-        reason = f"worker processes would not fit in shared memory: {error}"
+        if isinstance(error, UnpicklableJobError):
+            reason = f"the UDF cannot be pickled for worker processes ({error.__cause__})"
+        else:
+            reason = f"worker processes would not fit in shared memory: {error}"
         remember(self._key, ("threads", reason))
         self._settle("threads", reason)
 

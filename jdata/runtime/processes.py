@@ -47,7 +47,7 @@ import cloudpickle
 
 from jdata.runtime import forkserver, segments
 from jdata.runtime import worker as worker_module
-from jdata.runtime.outcomes import WorkerError
+from jdata.runtime.outcomes import UnpicklableJobError, WorkerError
 
 # Shutdown stops every worker within _STOP_SEC, whatever their number: those
 # between tasks exit when their task pipe closes; after _TERM_AFTER_SEC the
@@ -300,6 +300,17 @@ def _send_quietly(conn, message) -> None:
 _job_serial = itertools.count()
 
 
+def _pickled(job) -> bytes:
+    try:
+        return cloudpickle.dumps(job)
+    except Exception as e:  # cloudpickle raises TypeError, PicklingError, AttributeError...
+        raise UnpicklableJobError(
+            f"worker processes need the pipeline's UDFs pickled (cloudpickle), and one "
+            f"cannot be: {type(e).__name__}: {e}. Run it on threads "
+            "(jdata.Options(engine='threads')), or create what it holds (a lock, a "
+            "connection, an open file) inside the UDF") from e
+
+
 def _job_segment(job_bytes: bytes) -> segments.Segment:
     name = segments.segment_name(segments.session(), "job", next(_job_serial))
     segment = segments.Segment.create(
@@ -330,7 +341,7 @@ class ProcessExecutor:
     """
 
     def __init__(self, job, workers: int):
-        self._shared = _Shared(_job_segment(cloudpickle.dumps(job)))
+        self._shared = _Shared(_job_segment(_pickled(job)))
         self._ids = itertools.count()
         self._active = 0
         self._finalizer = weakref.finalize(self, self._shared.shutdown)

@@ -36,6 +36,14 @@ def test_second_pass_reads_from_memory():
     assert calls == [0, 1, 2, 3, 4]
 
 
+def test_empty_filename_caches_in_memory_as_in_tf_data():
+    # tf.data's signature is cache(filename=""): code ported from it may pass "" for memory.
+    calls = []
+    ds = jdata.range(3).map(lambda x: calls.append(int(x)) or x * x).cache("")
+    assert ints(ds.repeat(2)) == [0, 1, 4, 0, 1, 4]
+    assert calls == [0, 1, 2]
+
+
 def test_epochs_of_a_repeat_share_the_cache():
     calls = []
     ds = counted_squares(4, calls).repeat(3)

@@ -94,6 +94,14 @@ def test_element_spec_and_cardinality():
     assert ds.cardinality() == jdata.UNKNOWN
 
 
+def test_block_length_none_means_one_as_in_tf_data():
+    # tf.data's signature is interleave(map_func, cycle_length=None, block_length=None, ...),
+    # and code that forwards a config (the TF Model Garden's InputReader) passes None.
+    ds = jdata.range(1, 4).interleave(lambda x: jdata.from_tensors(x).repeat(2),
+                                      cycle_length=2, block_length=None)
+    assert _ints(ds) == [1, 2, 1, 2, 3, 3]
+
+
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"cycle_length": 0}, ValueError, "cycle_length"),
     ({"cycle_length": 1.5}, TypeError, "cycle_length"),

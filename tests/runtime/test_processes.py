@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import jax
@@ -419,3 +420,41 @@ def test_engine_keys_tell_udf_code_apart_but_not_the_data_it_holds():
     table, other_table = dict.fromkeys(range(20_000), 1), dict.fromkeys(range(20_000), 2)
     assert key(_look_up, table) == key(_look_up, other_table)
     assert key(_look_up, table) != key(_look_up_negated, table)
+
+
+def _work_under(lock, x):
+    with lock:  # a UDF holding what cannot be pickled (a lock, a connection, a file)
+        return python_work(x)
+
+
+def _unpicklable_pipeline(n: int) -> jdata.Dataset:
+    udf = functools.partial(_work_under, threading.Lock())
+    ds = jdata.range(n).map(udf, num_parallel_calls=jdata.AUTOTUNE)
+    return ds.with_options(jdata.Options(cpu_budget=2))
+
+
+def test_autotune_keeps_a_gil_bound_udf_that_does_not_pickle_on_threads():
+    # The measurement says processes; they cannot take the UDF, so it stays on threads
+    # (it crashed mid-iteration with cloudpickle's "cannot pickle '_thread.lock'").
+    with _unpicklable_pipeline(3000).iterator() as it:
+        out = [int(e["x"]) for e in it]
+        assert pool_of(it).engine == "threads"
+        assert "cannot be pickled" in pool_of(it).engine_reason, pool_of(it).engine_reason
+    assert out == list(range(3000))
+
+
+def test_an_earlier_decision_for_processes_falls_back_for_a_udf_that_does_not_pickle():
+    # Engine decisions are shared by pipelines of the same code, whatever data the UDF
+    # holds: one measured with picklable data may meet one holding a lock.
+    ds = _unpicklable_pipeline(50)
+    engine.remember(engine.engine_key(ds._node)(), ("processes", "measured"))
+    with ds.iterator() as it:
+        assert "cannot be pickled" in pool_of(it).engine_reason
+        assert [int(e["x"]) for e in it] == list(range(50))
+
+
+def test_the_processes_engine_says_which_udf_does_not_pickle_and_the_fix():
+    udf = functools.partial(_work_under, threading.Lock())
+    ds = jdata.range(3).map(udf, num_parallel_calls=2).with_options(PROCESSES)
+    with pytest.raises(TypeError, match=r"cannot pickle '_thread.lock'.*engine='threads'"):
+        next(iter(ds))
