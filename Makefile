@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-test
 BENCH_INSTALLED := $(VENV)/.installed-bench
 
-.PHONY: test demo bench clean
+.PHONY: test test-fast demo bench clean
 
 $(INSTALLED): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: jdata needs Python >= 3.11 on PATH"; exit 1; }
@@ -24,6 +24,10 @@ $(BENCH_INSTALLED): $(INSTALLED)
 
 test: $(INSTALLED)
 	$(BIN)/python -m pytest -q
+
+# The edit loop: everything but the tests marked slow (make test runs them all).
+test-fast: $(INSTALLED)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The demo trains on 8 CPU devices (a data-parallel mesh), forced before JAX starts.
 demo: $(INSTALLED)

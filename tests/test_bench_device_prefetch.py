@@ -1,6 +1,10 @@
 """The device-prefetch benchmark's three ways of feeding the step run (tiny sizes, CPU)."""
+import pytest
 
 from benchmarks import device_prefetch
+
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
 
 
 def test_measure_runs_every_way_and_reports_ratios(monkeypatch):

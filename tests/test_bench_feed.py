@@ -2,7 +2,12 @@
 
 import time
 
+import pytest
+
 from benchmarks import feed, nlp
+
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
 
 _SLOW_BATCH_SEC = 0.1  # far longer than the model's step, so the loop mostly waits
 

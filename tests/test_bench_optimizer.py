@@ -1,6 +1,10 @@
 """The optimizer benchmark's vectorize part runs and compares real outputs."""
+import pytest
 
 from benchmarks import optimizer
+
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
 
 
 def test_vectorized_augmentation_matches_per_element_outputs():

@@ -2,8 +2,13 @@
 
 import numpy as np
 
+import pytest
+
 import jdata
 from benchmarks import nlp, shuffle_buffer
+
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
 
 
 def test_jdata_tokenizes_shuffled_sentences_of_the_benchmark_files(tmp_path):

@@ -2,7 +2,12 @@
 
 from array_record.python import array_record_data_source
 
+import pytest
+
 from benchmarks import storage
+
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
 
 
 def test_jdata_reads_every_record_of_the_benchmark_file():

@@ -6,6 +6,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
+
 COLAB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "colab")
 
 

@@ -1,7 +1,11 @@
 """`make demo` trains, is preempted, resumes exactly and reports (small, on this process's
 devices; `make demo` itself forces 8)."""
+import pytest
 
 from jdata import demo
+
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
 
 
 def test_demo_trains_resumes_exactly_and_reports(capsys):

@@ -51,6 +51,9 @@ from tests.helpers import (
     take_list,
 )
 
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
+
 _KEY = jax.random.key(3)
 _LIMIT = 60  # most elements a pipeline may produce (the restore check is O(n^2))
 

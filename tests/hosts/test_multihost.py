@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
+
 WORKER = os.path.join(os.path.dirname(__file__), "_multihost.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLOBAL_BATCH, ELEMENTS, CRASH_AFTER = 16, 100, 3

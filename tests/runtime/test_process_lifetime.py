@@ -11,12 +11,17 @@ import sys
 import threading
 import time
 
+import pytest
+
 import jdata
 from jdata.runtime import forkserver
 from tests.runtime.process_helpers import (PROCESSES, SCRIPT_TIMEOUT_SEC, gone, kill_leftovers,
                                            my_segments, pool_of, python_work, read_line,
                                            run_script, signal_running_job, wait_until,
                                            write_script)
+
+# The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
+pytestmark = pytest.mark.slow
 
 # close() stops any number of hung workers within 2 s; the rest is slack for a busy machine.
 _CLOSE_BOUND_SEC = 3.0
