@@ -82,12 +82,12 @@ def padded(column, batch: int, shape: tuple, dtype: str, pad, key: str,
 def _scatter_steps(rows, lengths, values, batch: int, shape: tuple, dtype: str, pad):
     out = _rows_array(batch, (int(lengths.max(initial=0)), *shape), dtype,
                       PADDING[dtype] if pad is None else pad)
-    steps = _positions(lengths)
+    steps = positions(lengths)
     out[np.repeat(rows, lengths), steps] = values.reshape(len(steps), *shape)
     return out
 
 
-def _positions(counts: np.ndarray) -> np.ndarray:
+def positions(counts: np.ndarray) -> np.ndarray:
     """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ..."""
     starts = np.cumsum(counts) - counts
     return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
@@ -111,7 +111,7 @@ def stepped(lists, column, batch: int, shape: tuple, dtype: str, allow_missing: 
         i = wrong[0]
         record = np.repeat(rows, steps)[i]
         raise ValueError(
-            f"{op}: step {_positions(steps)[i]} of feature list {key!r} of record {record} "
+            f"{op}: step {positions(steps)[i]} of feature list {key!r} of record {record} "
             f"has {column.counts[i]} values, but shape {shape} holds {size} (Number of "
             "values != expected)")
     lengths = np.zeros(batch, np.int64)
@@ -123,14 +123,14 @@ def sparse(column, batch: int, lists=None) -> SparseTensor:
     """A ``VarLenFeature``: indices ``[record, position]``, or for feature lists (``lists``
     as in ``stepped``) ``[record, step, position]``."""
     counts = column.counts
-    within = _positions(counts)
+    within = positions(counts)
     if lists is None:
         leading = [np.repeat(column.rows, counts)]
         extent = [batch]
     else:
         rows, steps = lists
         leading = [np.repeat(np.repeat(rows, steps), counts),
-                   np.repeat(_positions(steps), counts)]
+                   np.repeat(positions(steps), counts)]
         extent = [batch, int(steps.max(initial=0))]
     indices = np.stack([*leading, within], axis=1).astype(np.int64, copy=False)
     dense_shape = np.array([*extent, int(counts.max(initial=0))], np.int64)

@@ -22,6 +22,7 @@ record and the feature at fault in an error.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import struct
@@ -35,7 +36,8 @@ from jdata.io import _example_proto as proto
 # Feature kinds by the dtype names of the feature specs.
 KINDS = {"int64": "int64_list", "float32": "float_list", "string": "bytes_list"}
 _NUMPY = {"int64_list": np.int64, "float_list": np.float32, "bytes_list": object}
-_SPEC_DTYPE = {"int64_list": "np.int64", "float_list": "np.float32", "bytes_list": "bytes"}
+_DTYPE_NAMES = {"int64_list": "int64", "float_list": "float32", "bytes_list": "bytes"}
+_SPEC_DTYPES = {"int64_list": "np.int64", "float_list": "np.float32", "bytes_list": "bytes"}
 _KEY, _VALUE = operator.attrgetter("key"), operator.attrgetter("value")
 _HEADER_TABLE_SIZE = 1 << 14  # every length with a 1- or 2-byte varint
 _NO_ROWS = np.zeros(0, np.int64)
@@ -77,7 +79,12 @@ _FEATURE_END = {  # each a MergedFeatures.feature holding the one marker value
     "float_list": _field(1, _field(2, _field(1, struct.pack("<I", _FEATURE_END_FLOAT_BITS)))),
     "bytes_list": _field(1, _field(1, _field(1, _FEATURE_END_BYTES))),
 }
-_header_table: list[bytes] = []
+
+
+@functools.cache
+def _header_table() -> tuple:
+    # Built whole, then published: threads parsing at once never see half a table.
+    return tuple(b"\x0a" + _varint(n) for n in range(_HEADER_TABLE_SIZE))
 
 
 def _headers(items: list[bytes]):
@@ -85,9 +92,7 @@ def _headers(items: list[bytes]):
     lengths = list(map(len, items))
     if max(lengths, default=0) >= _HEADER_TABLE_SIZE:
         return (b"\x0a" + _varint(n) for n in lengths)
-    if not _header_table:
-        _header_table.extend(b"\x0a" + _varint(n) for n in range(_HEADER_TABLE_SIZE))
-    return map(_header_table.__getitem__, lengths)
+    return map(_header_table().__getitem__, lengths)
 
 
 def _merge(items: list[bytes], end: bytes) -> bytes:
@@ -142,12 +147,18 @@ def _entries_one_by_one(records, keys, op: str) -> dict:
         except DecodeError:
             raise ValueError(f"{op}: record {index} of the batch is not a serialized "
                              f"tf.train.Example: {_UNPARSABLE}") from None
-        features = dict(zip(map(_KEY, entries), map(_VALUE, entries)))
-        for key, (rows, values) in found.items():
-            if key in features:
-                rows.append(index)
-                values.append(features[key])
+        _pick(found, entries, index)
     return {key: (np.array(rows, np.int64), values) for key, (rows, values) in found.items()}
+
+
+def _pick(found: dict, entries, index: int) -> None:
+    """Appends record ``index``'s value of each key of ``found`` that its map ``entries``
+    holds (the last, where one is given twice) to ``found[key]``: ``(rows, values)``."""
+    features = dict(zip(map(_KEY, entries), map(_VALUE, entries)))
+    for key, (rows, values) in found.items():
+        if key in features:
+            rows.append(index)
+            values.append(features[key])
 
 
 def sequence_entries(records: list[bytes], context_keys, list_keys, op: str):
@@ -155,35 +166,32 @@ def sequence_entries(records: list[bytes], context_keys, list_keys, op: str):
     ``{key: (rows, steps, serialized step Features)}`` of the feature lists, ``steps``
     holding each listed record's number of steps."""
     context = {key: ([], []) for key in context_keys}
-    lists = {key: ([], [], []) for key in list_keys}
+    lists = {key: ([], []) for key in list_keys}  # serialized FeatureLists first
     for index, record in enumerate(records):
         try:
             example = proto.RawSequenceExample.FromString(record)
         except DecodeError:
             raise ValueError(f"{op}: record {index} of the batch is not a serialized "
                              f"tf.train.SequenceExample: {_UNPARSABLE}") from None
-        entries = example.context.feature
-        features = dict(zip(map(_KEY, entries), map(_VALUE, entries)))
-        for key, (rows, values) in context.items():
-            if key in features:
-                rows.append(index)
-                values.append(features[key])
-        entries = example.feature_lists.feature_list
-        features = dict(zip(map(_KEY, entries), map(_VALUE, entries)))
-        for key, (rows, steps, values) in lists.items():
-            if key in features:
-                try:
-                    step_features = proto.RawFeatureList.FromString(features[key]).feature
-                except DecodeError:
-                    raise ValueError(f"{op}: feature list {key.decode(errors='replace')!r} "
-                                     f"of record {index} is not a serialized "
-                                     f"tf.train.FeatureList: {_UNPARSABLE}") from None
-                rows.append(index)
-                steps.append(len(step_features))
-                values.extend(step_features)
+        _pick(context, example.context.feature, index)
+        _pick(lists, example.feature_lists.feature_list, index)
     return ({key: (np.array(rows, np.int64), values) for key, (rows, values) in context.items()},
-            {key: (np.array(rows, np.int64), np.array(steps, np.int64), values)
-             for key, (rows, steps, values) in lists.items()})
+            {key: _steps(key, *found, op) for key, found in lists.items()})
+
+
+def _steps(key: bytes, rows: list, feature_lists: list, op: str) -> tuple:
+    """``(rows, steps, step Features)`` of one key's serialized FeatureLists."""
+    steps, features = [], []
+    for index, data in zip(rows, feature_lists):
+        try:
+            step_features = proto.RawFeatureList.FromString(data).feature
+        except DecodeError:
+            raise ValueError(f"{op}: feature list {key.decode(errors='replace')!r} of record "
+                             f"{index} is not a serialized tf.train.FeatureList: "
+                             f"{_UNPARSABLE}") from None
+        steps.append(len(step_features))
+        features.extend(step_features)
+    return np.array(rows, np.int64), np.array(steps, np.int64), features
 
 
 def values(features: list[bytes], rows: np.ndarray, kind: str, drop_kindless: bool,
@@ -240,8 +248,9 @@ def _values_one_by_one(features, rows, kind: str, drop_kindless: bool, where) ->
             continue
         if found is not None and found != kind:
             raise ValueError(
-                f"{where(i)} holds a {found}, but its spec's dtype wants a {kind} (data "
-                f"types don't match); declare it with dtype={_SPEC_DTYPE[found]}")
+                f"{where(i)} holds {_DTYPE_NAMES[found]} values, but its spec's dtype is "
+                f"{_DTYPE_NAMES[kind]} (data types don't match); declare it with "
+                f"dtype={_SPEC_DTYPES[found]}")
         listed = getattr(feature, kind).value
         kept.append(i)
         counts.append(len(listed))

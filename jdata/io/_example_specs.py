@@ -27,7 +27,7 @@ def _dtype(dtype, spec: str) -> str:
         raise TypeError(f"{spec}: dtype=str: string features hold bytes, which are not "
                         "always UTF-8 text; use dtype=bytes (and .decode() what is text)")
     if isinstance(dtype, np.dtype):
-        name = _DTYPES.get(dtype.name) if dtype.name != "string" else None
+        name = dtype.name if dtype.name in ("int64", "float32") else None
     elif type(dtype).__module__.startswith("tensorflow"):  # tf.int64 and friends
         name = _DTYPES.get(getattr(dtype, "name", None))
     else:

@@ -85,6 +85,20 @@ def parse_sequence_example(serialized, context_features: dict | None = None,
     One record (``bytes``) gives outputs without the batch dimension. A
     missing list is an error unless ``allow_missing=True`` (then no steps).
 
+    >>> import numpy as np, jdata
+    >>> record = bytes.fromhex(  # context id: [1]; feature list words: [3, 1], [4, 1], [5, 9]
+    ...     "0a0d0a0b0a02696412051a030a010112230a210a05776f72647312180a061a040a0203010a061a040a"
+    ...     "0204010a061a040a020509")
+    >>> context, lists, lengths = jdata.io.parse_sequence_example(
+    ...     [record, b""], {"id": jdata.io.FixedLenFeature([], np.int64, default_value=0)},
+    ...     {"words": jdata.io.FixedLenSequenceFeature([2], np.int64, allow_missing=True)})
+    >>> context["id"], lengths["words"]
+    (array([1, 0]), array([3, 0]))
+    >>> lists["words"][0]
+    array([[3, 1],
+           [4, 1],
+           [5, 9]])
+
     Args:
       serialized: one record (``bytes``) or a batch of them.
       context_features: ``{key: FixedLenFeature | VarLenFeature}``.
@@ -95,7 +109,7 @@ def parse_sequence_example(serialized, context_features: dict | None = None,
     if not context_features and not sequence_features:
         raise ValueError(f"{op}: context_features and sequence_features are both empty; "
                          "name at least one feature")
-    context_specs = _features(context_features or {"": None}, "context_features", op,
+    context_specs = _features(context_features, "context_features", op,
                               (FixedLenFeature, VarLenFeature)) if context_features else {}
     list_specs = _features(sequence_features, "sequence_features", op,
                            (FixedLenSequenceFeature, VarLenFeature)) if sequence_features else {}
@@ -170,9 +184,10 @@ def _single(serialized, op: str) -> None:
 
 def _features(features, arg: str, op: str, kinds: tuple) -> dict:
     names = " or ".join(f"jdata.io.{kind.__name__}" for kind in kinds)
-    if not isinstance(features, dict) or not features:
-        raise TypeError(f"{op}: {arg}={features!r} must be a non-empty dict "
-                        f"{{key: {names}}}")
+    if not isinstance(features, dict):
+        raise TypeError(f"{op}: {arg}={features!r} must be a dict {{key: {names}}}")
+    if not features:
+        raise ValueError(f"{op}: {arg} is empty; name at least one feature")
     for key, spec in features.items():
         if not isinstance(key, str):
             raise TypeError(f"{op}: {arg} key {key!r} must be a str, a feature's name")
@@ -206,10 +221,9 @@ def _parse_lists(parse, entries: dict, batch: int, features: dict, op: str) -> t
         rows, steps, found = entries[key.encode()]
         records = np.repeat(rows, steps)
 
-        def where(i, key=key, records=records, steps=steps):
-            step = i - (np.cumsum(steps) - steps)[np.searchsorted(np.cumsum(steps), i,
-                                                                  side="right")]
-            return f"{op}: step {step} of feature list {key!r} of record {records[i]}"
+        def where(i, key=key, records=records, steps=steps):  # only worded for an error
+            return (f"{op}: step {_outputs.positions(steps)[i]} of feature list {key!r} of "
+                    f"record {records[i]}")
 
         column = parse.values(found, records, parse.KINDS[spec.dtype], False, where)
         if isinstance(spec, VarLenFeature):

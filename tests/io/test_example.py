@@ -121,6 +121,24 @@ def test_what_tensorflow_refuses_is_a_value_error_naming_feature_and_record(name
     key = next(iter(case["specs"][0] or case["specs"][1]))
     assert repr(key) in message or f"Feature: {key} " in message, message
     assert f"record {_failing_record(case)}" in message, message
+    assert _FIXES[name] in message, message
+
+
+_FIXES = {  # what each error says besides the feature and the record
+    "missing_without_default": "give its FixedLenFeature a default_value",
+    "type_mismatch": "holds float32 values, but its spec's dtype is int64 (data types don't "
+                     "match); declare it with dtype=np.float32",
+    "wrong_count": "has 67 values, but shape (3,) holds 3",
+    "empty_list_for_fixed": "has 0 values, but shape (3,) holds 3",
+    "not_a_multiple": "has 3 values, not a multiple of 2",
+    "varlen_type": "declare it with dtype=bytes",
+    "list_required": "Feature list 'frames' is required but could not be found in record 2; "
+                     "pass allow_missing=True",
+    "step_count": "step 0 of feature list 'var' of record 0 has 1 values, but shape (2,) "
+                  "holds 2",
+    "step_type": "step 0 of feature list 'frames' of record 0 holds int64 values",
+    "context_missing": "Feature: vec (data type: float32) is required but could not be found",
+}
 
 
 def _failing_record(case: dict) -> int:
@@ -150,6 +168,19 @@ def test_import_jdata_does_not_import_protobuf():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=pathlib.Path(__file__).parents[2])
     assert done.stdout.strip() == "False"
+
+
+def test_without_protobuf_parsing_says_which_extra_to_install():
+    code = ("import sys; sys.modules['google.protobuf'] = None\n"
+            "import jdata, numpy as np\n"
+            "try:\n"
+            "    jdata.io.parse_example(b'', {'x': jdata.io.VarLenFeature(np.int64)})\n"
+            "except ImportError as e:\n"
+            "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=pathlib.Path(__file__).parents[2])
+    assert done.stdout.strip() == ("parse_example needs the protobuf package: pip install "
+                                   "'jdata[io]'")
 
 
 def test_feature_specs_pickle_hash_and_compare_by_value():
@@ -233,7 +264,7 @@ LABEL = {"label": jdata.io.FixedLenFeature([], np.int64, default_value=0)}
 
 
 @pytest.mark.parametrize("features, error, words", [
-    ({}, TypeError, "non-empty dict"), (None, TypeError, "non-empty dict"),
+    ({}, ValueError, "features is empty"), (None, TypeError, "must be a dict"),
     ({"label": "int64"}, TypeError, r"features\['label'\] is a str; use jdata.io"),
     ({b"label": LABEL["label"]}, TypeError, "must be a str"),
     ({"frames": jdata.io.FixedLenSequenceFeature([2], np.int64)}, ValueError,
