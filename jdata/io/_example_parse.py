@@ -114,7 +114,7 @@ def _merged_entries(records, keys) -> dict | None:
         entries = proto.MergedBatch.FromString(_merge(records, _RECORD_END)).example
     except DecodeError:
         return None  # a record is corrupt: the exact path says which
-    entries = entries.features.feature
+    entries = list(entries.features.feature)  # each entry's wrapper made once
     names = list(map(_KEY, entries))
     period = names.index(_RECORD_END_KEY) + 1
     batch = len(records)
