@@ -120,7 +120,7 @@ def test_what_tensorflow_refuses_is_a_value_error_naming_feature_and_record(name
     message = str(raised.value)
     key = next(iter(case["specs"][0] or case["specs"][1]))
     assert repr(key) in message or f"Feature: {key} " in message, message
-    assert f"record {_failing_record(case)}" in message, message
+    assert f"record {_failing_record(name)}" in message, message
     assert _FIXES[name] in message, message
 
 
@@ -141,12 +141,13 @@ _FIXES = {  # what each error says besides the feature and the record
 }
 
 
-def _failing_record(case: dict) -> int:
+def _failing_record(name: str) -> int:
     # TF names the record (Index: N) except for missing features: the first lacking one.
-    if "Index: " in case["error"]:
-        return int(case["error"].split("Index: ")[1].split(".")[0])
+    error = CASES[name]["error"]
+    if "Index: " in error:
+        return int(error.split("Index: ")[1].split(".")[0])
     return {"missing_without_default": 1, "list_required": 2, "context_missing": 1,
-            "step_count": 0}[next(n for n, c in CASES.items() if c is case)]
+            "step_count": 0}[name]
 
 
 def test_the_fixtures_cover_every_kind_and_corner():
