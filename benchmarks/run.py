@@ -1,9 +1,9 @@
 """``make bench``: jdata against tf.data, grain and PyTorch on the same work, in one run.
 
 Each workload (``overhead``, ``nlp``, ``cv``, ``feed``, ``optimizer``, ``storage``,
-``shuffle_buffer``; one module each) defines the same pipeline for every system with that system's
-best configuration we know of (each module says which). For the pipeline
-workloads (``storage``: jdata and grain only) we print items/sec and jdata's ratio
+``shuffle_buffer``, ``parse_example``; one module each) defines the same pipeline for every
+system with that system's best configuration we know of (each module says which). For the
+pipeline workloads (``storage``: jdata and grain only) we print items/sec and jdata's ratio
 to each peer and to the best peer; for ``feed`` (a JAX model's training step fed
 by each pipeline) steps/sec, the fraction of it spent waiting for input, and
 the ratio to an ideal pipeline; for ``optimizer`` jdata's rewrites against jdata
@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks import cv, feed, nlp, optimizer, overhead, shuffle_buffer, storage
+from benchmarks import (cv, feed, nlp, optimizer, overhead, parse_example, shuffle_buffer,
+                        storage)
 
 WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer,
-             "storage": storage, "shuffle_buffer": shuffle_buffer}
+             "storage": storage, "shuffle_buffer": shuffle_buffer,
+             "parse_example": parse_example}
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 
@@ -134,6 +136,8 @@ def main(argv=None) -> None:
             optimizer.report(args.scale, args.repeats)
         elif name == "shuffle_buffer":
             shuffle_buffer.report(args.scale, args.repeats, systems=args.systems)
+        elif name == "parse_example":
+            parse_example.report(args.scale, args.repeats, systems=args.systems)
         elif name == "storage":
             run_workload(name, storage, args.scale, args.repeats, args.systems, False)
             for batch in (None, 1024):

@@ -2,6 +2,7 @@
 
 import pathlib
 import re
+import textwrap
 
 import numpy as np
 
@@ -9,7 +10,9 @@ README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    # Blocks inside list items are indented: dedented, they run as written.
+    return [textwrap.dedent(block) for block in
+            re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)]
 
 
 def test_readme_quickstart_runs_and_resumes_exactly():
@@ -23,3 +26,14 @@ def test_readme_quickstart_runs_and_resumes_exactly():
         assert np.array_equal(next(it), next(it2))
     exec(blocks[1], namespace)  # noqa: S102
     assert [int(x) for x in namespace["ds"]] == [3, 8]
+
+
+def test_readme_example_parsing_gives_what_it_says():
+    block = next(b for b in _python_blocks() if "parse_example" in b)
+    namespace: dict = {}
+    exec(block, namespace)  # noqa: S102
+    parsed = namespace["parsed"]
+    assert parsed["label"].tolist() == [7, 7]
+    assert parsed["tokens"].dense_shape.tolist() == [2, 6]
+    assert parsed["tokens"].values.tolist() == [3, 1, 4, 1, 5, 14] * 2
+    assert parsed["tokens"].indices[-1].tolist() == [1, 5]

@@ -1,5 +1,7 @@
 """File sources: ArrayRecord, TFRecord, text and Parquet files, and file lists (``pip install
-'jdata[io]'``). Re-exported as ``jdata.from_array_record`` and so on.
+'jdata[io]'``). Re-exported as ``jdata.from_array_record`` and so on. Also
+``tf.train.Example`` parsing (``parse_example`` and its feature specs, as in
+``tf.io``), which stays here.
 
 Paths may be local paths, glob patterns or fsspec URLs (``gs://``, ``s3://``,
 ``memory://``...; the filesystem's package must be installed). Missing files
@@ -26,6 +28,14 @@ from jdata.io import _paths
 from jdata.io import array_record as _array_record
 from jdata.io import parquet as _parquet
 from jdata.io import records as _records
+from jdata.io.example import FixedLenFeature as FixedLenFeature
+from jdata.io.example import FixedLenSequenceFeature as FixedLenSequenceFeature
+from jdata.io.example import SparseTensor as SparseTensor
+from jdata.io.example import VarLenFeature as VarLenFeature
+from jdata.io.example import parse_example as parse_example
+from jdata.io.example import parse_sequence_example as parse_sequence_example
+from jdata.io.example import parse_single_example as parse_single_example
+from jdata.io.example import parse_single_sequence_example as parse_single_sequence_example
 from jdata.io.records import write_tfrecord as write_tfrecord
 
 
