@@ -324,7 +324,10 @@ def to_numpy_tree(value, op: str):
         raise TypeError(f"{op}: cannot convert a {type(value).__name__} leaf to a NumPy "
                         "array") from e
     if arr.dtype.kind in "US":
-        arr = arr.astype(object)
+        # NumPy's fixed-width strings drop trailing NULs (b"a\x00" -> b"a"): a
+        # serialized record would lose bytes. Lists keep their own objects.
+        exact = np.array(value, dtype=object) if not isinstance(value, np.ndarray) else None
+        arr = exact if exact is not None and exact.shape == arr.shape else arr.astype(object)
     if arr.dtype == object and not all(isinstance(v, (bytes, str)) for v in arr.flat):
         raise TypeError(f"{op}: a {type(value).__name__} leaf is not a NumPy value, bytes "
                         "or str (nor an array of them)")

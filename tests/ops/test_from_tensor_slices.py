@@ -120,3 +120,13 @@ def test_the_suggested_dataset_of_datasets_reads_them():
     ds = jdata.from_source([jdata.range(3), jdata.range(10, 12)]).interleave(
         lambda d: d, cycle_length=2)
     assert [int(x) for x in ds] == [0, 10, 1, 11, 2]
+
+
+def test_bytes_and_str_keep_trailing_nuls():
+    # NumPy's fixed-width strings would drop them: a serialized record would lose bytes.
+    records = [b"a\x00", b"\x08\x00\x00", b"\x00", b""]
+    assert list(jdata.from_tensor_slices(records)) == records
+    assert list(jdata.from_tensor_slices({"r": records})) == [{"r": r} for r in records]
+    rows = [r.tolist() for r in jdata.from_tensor_slices([["x\x00", "y"], ["z", "\x00"]])]
+    assert rows == [["x\x00", "y"], ["z", "\x00"]]
+    assert jdata.from_tensors([b"a\x00", b"b"]).get_single_element().tolist() == [b"a\x00", b"b"]
