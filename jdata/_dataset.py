@@ -756,6 +756,52 @@ class Dataset:
         with self.iterator() as it:
             return saved.save(it, path, self.fingerprint())
 
+    def distribute(self, service, processing_mode: str = "dynamic", job_name: str | None = None,
+                   num_consumers: int | None = None, consumer_index: int | None = None,
+                   sharing: bool = False, compression: str | None = None,
+                   deterministic: bool | None = None) -> Dataset:
+        """Runs everything above this point on the workers of a ``jdata.service``.
+
+        Args:
+          service: what ``jdata.service.start()`` or ``connect()`` returned.
+          processing_mode: ``"dynamic"`` (the dispatcher leases splits of the
+            pipeline to workers; every element of an epoch arrives exactly
+            once, even when workers die), ``"static"`` (split ``i`` on worker
+            ``i mod W``, re-run elsewhere if that worker dies) or ``"off"``
+            (every worker runs the whole pipeline, as tf.data's OFF).
+          job_name: clients that name the same job (and pipeline) share its
+            splits; ``None``: a job of this iterator's own.
+          num_consumers, consumer_index, sharing, compression: not built yet
+            (coordinated reads, sharing and compression come later).
+          deterministic: yield splits in split order, so an index-based
+            pipeline gives exactly the local stream; ``None`` follows
+            ``Options.deterministic``.
+        """
+        from jdata.service import Service
+        from jdata.service import client
+
+        if not isinstance(service, Service):
+            raise TypeError(f"distribute: service={service!r} must be what "
+                            "jdata.service.start() or connect() returned")
+        if processing_mode not in client.MODES:
+            raise ValueError(f"distribute: processing_mode={processing_mode!r} must be one of "
+                             f"{', '.join(map(repr, client.MODES))}")
+        if job_name is not None and (not isinstance(job_name, str) or not job_name):
+            raise TypeError(f"distribute: job_name={job_name!r} must be a non-empty str")
+        for name, value, default in (("num_consumers", num_consumers, None),
+                                     ("consumer_index", consumer_index, None),
+                                     ("sharing", sharing, False),
+                                     ("compression", compression, None)):
+            if value != default:
+                raise NotImplementedError(
+                    f"distribute: {name}={value!r} is not built yet; leave it at {default!r}")
+        if deterministic is not None:
+            check.bool_arg(deterministic, "deterministic", "distribute")
+        if processing_mode != "off":
+            client.check_splittable(self._node, processing_mode)
+        return Dataset(client.DistributeNode(self._node, service.ref, processing_mode,
+                                             job_name, deterministic))
+
     def to_global(self, sharding, prefetch: int = 2) -> Dataset:
         """Per-host batches as global ``jax.Array``s, ``prefetch`` of them on the devices ahead.
 

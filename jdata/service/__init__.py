@@ -1,0 +1,196 @@
+"""jdata.service: the tf.data service on Ray — a dispatcher and workers that run the part of
+a pipeline above ``Dataset.distribute`` on other CPUs, with exactly-once delivery.
+
+Ray gives the cluster, placement, object transfer, actor restarts and
+authentication; jdata adds the service's semantics as Ray actors. Nothing of
+Ray is imported outside this package, and only when a service is started or
+joined (``pip install 'jdata[service]'``).
+
+    from jdata import service
+    with service.start(num_workers=2) as svc:           # a local Ray on 127.0.0.1
+        for batch in jdata.range(1000).map(f).distribute(svc).batch(32):
+            ...
+
+(``docs/design.md`` describes the roles; ``docs/migration.md`` compares
+them with tf.data's service.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+
+from jdata.service import _ray
+from jdata.service.client import ServiceRef
+from jdata.service.dispatcher import NAME as _DISPATCHER
+
+# A client silent for this long (no lease, no heartbeat) loses its leases.
+CLIENT_TIMEOUT_SEC = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessInfo:
+    pid: int | None
+    node_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerStatus:
+    worker_id: str
+    pid: int | None
+    node_id: str | None
+    tasks: int
+    elements_per_sec: float
+    bytes_per_sec: float
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    name: str | None
+    epoch: int
+    mode: str
+    num_splits: int
+    done: int
+    leased: int
+    orphaned: int
+    clients: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceStatus:
+    dispatcher: ProcessInfo
+    workers: list
+    jobs: list
+
+    def __str__(self):
+        lines = [f"dispatcher pid {self.dispatcher.pid} on node {self.dispatcher.node_id}",
+                 f"{len(self.workers)} workers:"]
+        lines += [f"  {w.worker_id} pid {w.pid}: {w.tasks} reads, "
+                  f"{w.elements_per_sec:,.0f} elements/s, {w.bytes_per_sec / 1e6:,.1f} MB/s"
+                  for w in self.workers]
+        lines.append(f"{len(self.jobs)} jobs:")
+        lines += [f"  {j.job_id} ({j.name or 'unnamed'}, {j.mode}, epoch {j.epoch}): "
+                  f"{j.done}/{j.num_splits} splits done, {j.leased} leased, "
+                  f"{j.clients} clients" for j in self.jobs]
+        return "\n".join(lines)
+
+
+class Service:
+    """A running service: pass it to ``Dataset.distribute``. A context manager."""
+
+    def __init__(self, dispatcher, ref: ServiceRef, owned: bool):
+        self._dispatcher = dispatcher
+        self.ref = ref
+        self._owned = owned
+
+    def status(self) -> ServiceStatus:
+        """The dispatcher, each worker (pid, node, reads, rates) and each job."""
+        ray = _ray.ray_module()
+        raw = ray.get(self._dispatcher.status.remote())
+        workers = [WorkerStatus(w["worker_id"], w.get("pid"), w.get("node_id"),
+                                w.get("tasks", 0), w.get("elements_per_sec", 0.0),
+                                w.get("bytes_per_sec", 0.0)) for w in raw["workers"]]
+        return ServiceStatus(ProcessInfo(**raw["dispatcher"]), workers,
+                             [JobStatus(**j) for j in raw["jobs"]])
+
+    def scale(self, num_workers: int) -> None:
+        """Sets the number of workers (a removed worker's leases are read elsewhere)."""
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"scale: num_workers={num_workers!r} must be an int >= 1")
+        _ray.ray_module().get(self._dispatcher.scale.remote(num_workers))
+
+    def stop(self) -> None:
+        """Stops the workers and the dispatcher (and the embedded Ray this process started)."""
+        ray = _ray.ray_module()
+        if not ray.is_initialized():
+            return
+        try:
+            ray.get(self._dispatcher.stop.remote(), timeout=30)
+            ray.kill(self._dispatcher)
+        except Exception:  # already gone
+            pass
+        if self._owned:
+            ray.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start(address: str | None = None, num_workers: int = 1, max_workers: int | None = None,
+          work_dir: str | None = None, namespace: str = "jdata", *, worker_cpus: float = 1.0,
+          split_elements: int | None = None, client_timeout: float = CLIENT_TIMEOUT_SEC,
+          **ray_init_kw) -> Service:
+    """Starts the service (or joins the dispatcher that runs in ``namespace``).
+
+    Args:
+      address: ``None`` for an embedded local Ray on 127.0.0.1 with token
+        authentication; or a cluster's address (``"auto"``, ``"ray://host:10001"``).
+      num_workers: worker actors to keep running.
+      max_workers: reserved for the autoscaler (must be >= ``num_workers``).
+      work_dir: where the dispatcher journals (SQLite WAL); a temporary
+        directory by default.
+      namespace: the Ray namespace of the dispatcher and workers.
+      worker_cpus: CPUs each worker actor declares (what a Ray autoscaler adds
+        nodes for).
+      split_elements: elements per split; ``None`` sizes splits at a few
+        hundred milliseconds of work each, measured.
+      client_timeout: seconds after which a silent client's leases are released.
+      **ray_init_kw: passed to ``ray.init``.
+    """
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"service.start: num_workers={num_workers!r} must be an int >= 1")
+    if max_workers is not None and max_workers < num_workers:
+        raise ValueError(f"service.start: max_workers={max_workers} < num_workers={num_workers}")
+    if not isinstance(worker_cpus, (int, float)) or worker_cpus < 0:
+        raise ValueError(f"service.start: worker_cpus={worker_cpus!r} must be >= 0")
+    ray = _ray.ray_module()
+    owned = not ray.is_initialized()
+    if address is None:
+        _ray.init_local(namespace, **ray_init_kw)
+    else:
+        _ray.init_remote(address, namespace, **ray_init_kw)
+    work_dir = work_dir or tempfile.mkdtemp(prefix="jdata-service-")
+    head = _head_node(ray)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from jdata.service import dispatcher as dispatcher_module
+
+    actor = ray.remote(dispatcher_module.Dispatcher).options(
+        name=_DISPATCHER, namespace=namespace, lifetime="detached", get_if_exists=True,
+        max_restarts=-1, max_task_retries=-1, max_concurrency=32, num_cpus=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
+    handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
+                          float(client_timeout))
+    ray.get(handle.workers.remote())  # up, its workers started
+    return Service(handle, ServiceRef(address, namespace, split_elements), owned)
+
+
+def connect(address: str | None = None, namespace: str = "jdata", **ray_init_kw) -> Service:
+    """Joins a running service (``address=None``: the Ray this process already runs)."""
+    ray = _ray.ray_module()
+    if not ray.is_initialized():
+        if address is None:
+            raise RuntimeError("service.connect: no Ray in this process; pass the cluster's "
+                               "address")
+        _ray.init_remote(address, namespace, **ray_init_kw)
+    try:
+        handle = ray.get_actor(_DISPATCHER, namespace=namespace)
+    except ValueError:
+        raise RuntimeError(f"service.connect: no jdata dispatcher in namespace {namespace!r}; "
+                           "start one with service.start()") from None
+    return Service(handle, ServiceRef(address, namespace), owned=False)
+
+
+def _head_node(ray) -> str:
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return node["NodeID"]
+    return ray.get_runtime_context().get_node_id()
+
+
+__all__ = ["start", "connect", "Service", "ServiceStatus", "ProcessInfo", "WorkerStatus",
+           "JobStatus"]

@@ -1,0 +1,424 @@
+"""The client role: ``Dataset.distribute`` and the iterator that reads from the workers.
+
+The iterator registers its job with the dispatcher, leases splits in
+batches (reporting the ones it has received whole with the next request),
+and keeps up to ``outstanding`` reads running on the workers, each a Ray
+streaming generator of blocks. It knows how many elements of each split it
+has received, so a split whose worker died is read again elsewhere past
+them: every element of an epoch arrives exactly once. With
+``deterministic=True`` splits are yielded in split order, so an index-based
+pipeline gives the local pipeline's stream bit for bit.
+
+Its state (``get_state``) is the splits yielded whole (as ranges) and the
+elements yielded of the others; buffered elements are not in it, and a
+restore reads those splits again past what was yielded.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+import uuid
+from typing import ClassVar
+
+import cloudpickle
+
+from jdata import _fingerprint, _planner
+from jdata._constants import UNKNOWN
+from jdata._plan import Node
+from jdata.runtime import states
+from jdata.runtime.iterator import Iterator
+from jdata.service import _ray, splits
+from jdata.service import worker as worker_module
+from jdata.service.dispatcher import NAME as DISPATCHER_NAME
+
+MODES = ("off", "dynamic", "static")
+_OP = "distribute"
+# Reads kept running per worker: one being consumed, one producing ahead.
+_READS_PER_WORKER = 2
+_HEARTBEAT_SEC = 5.0
+# While no lease comes (workers being replaced), ask again this often, for at most this long.
+_LEASE_RETRY_SEC = 0.05
+_NO_WORKER_SEC = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceRef:
+    """Where a service is (what a plan holds, rather than Ray handles)."""
+
+    address: str | None
+    namespace: str
+    split_elements: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DistributeNode(Node):
+    """See ``Dataset.distribute``."""
+
+    input: Node
+    service: ServiceRef
+    processing_mode: str = "dynamic"
+    job_name: str | None = None
+    deterministic: bool | None = None
+    op_name: ClassVar[str] = _OP
+
+    def cardinality(self) -> int:
+        return UNKNOWN if self.processing_mode == "off" else self.input.cardinality()
+
+    def compute_spec(self):
+        return self.input.element_spec()
+
+    def __str__(self):
+        return (f"Distribute(processing_mode={self.processing_mode!r}, "
+                f"job_name={self.job_name!r}, deterministic={self.deterministic})")
+
+
+def check_splittable(node: Node, mode: str) -> None:
+    """A ``ValueError`` when ``node`` cannot be cut into splits, with the way out."""
+    reason = splits.splittable(node)
+    if reason is not None:
+        raise ValueError(f"{_OP}(processing_mode={mode!r}): {reason}; or distribute it with "
+                         "processing_mode='off' (every worker runs the whole pipeline)")
+
+
+def ranges(values) -> list[list[int]]:
+    """Sorted ints as ``[start, stop)`` ranges: a done set of a million splits stays small."""
+    out: list[list[int]] = []
+    for v in sorted(values):
+        if out and out[-1][1] == v:
+            out[-1][1] = v + 1
+        else:
+            out.append([v, v + 1])
+    return out
+
+
+def _error_kind(ray, error) -> str:
+    """"lost" (the worker or its node went away: read the split elsewhere) or "udf"."""
+    lost = (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError,
+            ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError,
+            ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError)
+    return "lost" if isinstance(error, lost) else "udf"
+
+
+class _Read:
+    """One split being read from one worker."""
+
+    __slots__ = ("split", "worker_id", "generator")
+
+    def __init__(self, split: int, worker_id: str, generator):
+        self.split, self.worker_id, self.generator = split, worker_id, generator
+
+
+class _DistributeIterator(Iterator):
+    def __init__(self, node: DistributeNode, ctx, epoch: int):
+        self._node, self._ctx, self._epoch = node, ctx, epoch
+        self._deterministic = node.deterministic if node.deterministic is not None else \
+            ctx.options.deterministic
+        self._started = False
+        self._closed = False
+        self._done: set[int] = set()       # splits yielded whole
+        self._yielded: dict[int, int] = {}  # elements yielded of splits not done
+        self._received: dict[int, int] = {}
+        self._buffers: dict[int, list] = {}
+        self._finished: set[int] = set()    # received whole, maybe not yet yielded
+        self._to_report: list[int] = []
+        self._split_elements = node.service.split_elements
+        self._num_splits: int | None = None
+        self._waiting_since: float | None = None
+
+    # ------------------------------------------------------------ start-up
+
+    def _start(self) -> None:
+        ray = _ray.ray_module()
+        if not ray.is_initialized():
+            if self._node.service.address is None:
+                raise RuntimeError(
+                    "distribute: this process is not connected to the service's Ray; iterate "
+                    "where service.start() ran, or pass its address to service.start/connect")
+            _ray.init_remote(self._node.service.address, self._node.service.namespace)
+        self._ray = ray
+        node, options = self._node.input, self._ctx.options
+        self._dispatcher = ray.get_actor(DISPATCHER_NAME, namespace=self._node.service.namespace)
+        self._fingerprint = _fingerprint.fingerprint(node)
+        mode = self._node.processing_mode
+        if mode == "off":
+            self._split_plan = None
+            self._num_splits = 0
+        else:
+            self._split_plan = splits.plan_splits(node, options,
+                                                  target_elements=self._split_elements,
+                                                  epoch=self._epoch)
+            self._split_elements = self._split_plan.target_elements
+            if self._num_splits is not None and self._num_splits != self._split_plan.num_splits:
+                raise ValueError(f"{_OP}: the state has {self._num_splits} splits, this "
+                                 f"pipeline {self._split_plan.num_splits}")
+            self._num_splits = self._split_plan.num_splits
+        self._plan_ref = [ray.put(cloudpickle.dumps((node, options)))]
+        self._client_id = uuid.uuid4().hex
+        self._job_id = ray.get(self._dispatcher.register.remote(
+            self._node.job_name, self._fingerprint, self._epoch, self._num_splits, mode,
+            self._client_id, ranges(self._done)))
+        self._num_workers = len(self._call(self._dispatcher.workers))
+        self._reads: dict[int, _Read] = {}
+        self._handles: dict = {}
+        self._to_report = []
+        self._next = 0  # deterministic: the split to yield next
+        self._off_streams: list = []
+        self._started = True
+        self._last_call = time.monotonic()
+        self._stop_heartbeat = threading.Event()
+        threading.Thread(target=self._heartbeat, daemon=True,
+                         name="jdata-distribute-heartbeat").start()
+
+    def _heartbeat(self) -> None:
+        # A training step may take longer than the dispatcher's client timeout.
+        dispatcher, job_id, client_id = self._dispatcher, self._job_id, self._client_id
+        while not self._stop_heartbeat.wait(_HEARTBEAT_SEC):
+            try:
+                dispatcher.heartbeat.remote(job_id, client_id)
+            except Exception:  # the dispatcher restarting: the next call retries
+                pass
+
+    def _handle(self, worker_id: str):
+        handle = self._handles.get(worker_id)
+        if handle is None:
+            handle = self._ray.get_actor(worker_id, namespace=self._node.service.namespace)
+            self._handles[worker_id] = handle
+        return handle
+
+    # ------------------------------------------------------------ leasing and reading
+
+    def _call(self, method, *args):
+        """A dispatcher call, retried while the dispatcher restarts (Ray restarts it)."""
+        deadline = time.monotonic() + 60.0
+        while True:
+            try:
+                return self._ray.get(method.remote(*args), timeout=30.0)
+            except (self._ray.exceptions.ActorDiedError,
+                    self._ray.exceptions.ActorUnavailableError,
+                    self._ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _lease(self) -> None:
+        outstanding = _READS_PER_WORKER * max(self._num_workers, 1)
+        want = outstanding - len(self._reads)
+        if want <= 0 and not self._to_report:
+            return
+        granted = self._call(self._dispatcher.lease, self._job_id, self._client_id,
+                             max(want, 0), outstanding, self._to_report)
+        self._to_report = []
+        for split, worker_id in granted:
+            self._start_read(split, worker_id)
+
+    def _start_read(self, split: int, worker_id: str) -> None:
+        self._waiting_since = None
+        spec = dataclasses.asdict(self._split_plan.split(split))
+        generator = self._handle(worker_id).read_split.options(
+            num_returns="streaming").remote(self._fingerprint, self._plan_ref, spec,
+                                            self._epoch, self._received.get(split, 0))
+        self._reads[split] = _Read(split, worker_id, generator)
+
+    def _pull(self, read: _Read) -> bool:
+        """Receives the read's next block into its split's buffer; False at its end."""
+        try:
+            ref = next(read.generator)
+            block = self._ray.get(ref)
+        except StopIteration:
+            del self._reads[read.split]
+            self._finished.add(read.split)
+            return False
+        except self._ray.exceptions.RayError as e:
+            if _error_kind(self._ray, e) == "udf":
+                raise _cause(e) from None
+            del self._reads[read.split]
+            self._handles.pop(read.worker_id, None)
+            self._call(self._dispatcher.report_lost, read.worker_id)
+            alive = self._call(self._dispatcher.workers)
+            self._num_workers = len(alive)
+            if read.worker_id in alive:  # the read failed, not the worker: read on past it
+                self._start_read(read.split, read.worker_id)
+            return True  # else the split is leased again; its buffer and counts stay
+        self._buffers.setdefault(read.split, collections.deque()).extend(block)
+        self._received[read.split] = self._received.get(read.split, 0) + len(block)
+        return True
+
+    # ------------------------------------------------------------ iteration
+
+    def __next__(self):
+        if self._closed:
+            raise StopIteration
+        if not self._started:
+            self._start()
+        if self._node.processing_mode == "off":
+            return self._next_off()
+        return self._next_deterministic() if self._deterministic else self._next_any()
+
+    def _take(self, split: int):
+        element = self._buffers[split].popleft()
+        self._yielded[split] = self._yielded.get(split, 0) + 1
+        if not self._buffers[split] and split in self._finished:
+            self._split_yielded(split)
+        if isinstance(element, worker_module.Failure):
+            raise element.error
+        return element
+
+    def _split_yielded(self, split: int) -> None:
+        self._done.add(split)
+        self._to_report.append(split)
+        self._yielded.pop(split, None)
+        self._buffers.pop(split, None)
+        self._finished.discard(split)
+
+    def _next_deterministic(self):
+        while True:
+            while self._next < self._num_splits and self._next in self._done:
+                self._next += 1
+            if self._next >= self._num_splits:
+                self._finish()
+            split = self._next
+            if self._buffers.get(split):
+                return self._take(split)
+            if split in self._finished:  # an empty split, or one yielded up to its end
+                self._split_yielded(split)
+                continue
+            read = self._reads.get(split)
+            if read is None:
+                self._lease()
+                if split not in self._reads:
+                    self._wait_for_workers()
+                continue
+            self._pull(read)
+            if len(self._reads) < _READS_PER_WORKER * self._num_workers:
+                self._lease()
+
+    def _next_any(self):
+        while True:
+            for split, buffer in list(self._buffers.items()):
+                if buffer:
+                    return self._take(split)
+            for split in list(self._finished):
+                self._split_yielded(split)
+            if len(self._done) >= self._num_splits:
+                self._finish()
+            self._lease()
+            if not self._reads:
+                self._wait_for_workers()
+                continue
+            generators = [r.generator for r in self._reads.values()]
+            ready, _ = self._ray.wait(generators, num_returns=1, timeout=1.0)
+            for read in list(self._reads.values()):
+                if ready and read.generator is ready[0]:
+                    self._pull(read)
+                    break
+
+    def _wait_for_workers(self) -> None:
+        """No lease came: every worker of ours was lost and replacements are starting."""
+        if self._waiting_since is None:
+            self._waiting_since = time.monotonic()
+        elif time.monotonic() - self._waiting_since > _NO_WORKER_SEC:
+            raise RuntimeError(f"{_OP}: no lease for {_NO_WORKER_SEC:.0f} s: the service has "
+                               "no worker that can run this job (see service.status())")
+        time.sleep(_LEASE_RETRY_SEC)
+
+    def _finish(self):
+        if self._to_report:
+            self._call(self._dispatcher.lease, self._job_id, self._client_id, 0, 0,
+                       self._to_report)
+            self._to_report = []
+        raise StopIteration
+
+    def _next_off(self):
+        # Every worker runs the whole pipeline (tf.data's OFF): their streams in turn.
+        if not self._off_streams:
+            workers = self._call(self._dispatcher.workers)
+            self._off_counts = getattr(self, "_off_counts", [0] * len(workers))
+            self._off_streams = [
+                [self._handle(w).read_all.options(num_returns="streaming").remote(
+                    self._fingerprint, self._plan_ref, self._epoch, self._off_counts[i]), []]
+                for i, w in enumerate(workers)]
+            self._turn = 0
+        while any(s is not None for s in self._off_streams):
+            slot = self._turn % len(self._off_streams)
+            self._turn += 1
+            stream = self._off_streams[slot]
+            if stream is None:
+                continue
+            if not stream[1]:
+                try:
+                    stream[1] = list(self._ray.get(next(stream[0])))
+                except StopIteration:
+                    self._off_streams[slot] = None
+                    continue
+                except self._ray.exceptions.RayError as e:
+                    raise _cause(e) from None
+            self._off_counts[slot] += 1
+            element = stream[1].pop(0)
+            if isinstance(element, worker_module.Failure):
+                raise element.error
+            return element
+        raise StopIteration
+
+    # ------------------------------------------------------------ state
+
+    def snapshot(self):
+        if self._node.processing_mode == "off":
+            return {"counts": list(getattr(self, "_off_counts", []))}
+        return {"split_elements": self._split_elements, "num_splits": self._num_splits,
+                "done": ranges(self._done),
+                "partial": sorted([s, n] for s, n in self._yielded.items() if n)}
+
+    def set_state(self, state):
+        if self._started:
+            raise ValueError(f"{_OP}: restore into a new iterator (ds.iterator(state))")
+        if self._node.processing_mode == "off":
+            fields = states.Fields(state, _OP, ("counts",))
+            self._off_counts = fields.ints("counts")
+            return
+        fields = states.Fields(state, _OP, ("split_elements", "num_splits", "done", "partial"))
+        elements = state["split_elements"]
+        if elements is not None:
+            elements = fields.int("split_elements", 1)
+        if state["num_splits"] is None:  # taken before the first element: nothing to skip
+            fields.list("done", length=0), fields.list("partial", length=0)
+            self._split_elements = elements
+            return
+        num_splits = fields.int("num_splits")
+        done = set()
+        for pair in fields.list("done", max_length=num_splits):
+            pair = states.check_ints(pair, _OP, "done", 0, num_splits)
+            if len(pair) != 2 or pair[0] >= pair[1]:
+                raise states.invalid(_OP, "done", f"{pair} is not a [start, stop) range")
+            done.update(range(*pair))
+        partial = {}
+        for pair in fields.list("partial", max_length=num_splits):
+            pair = states.check_ints(pair, _OP, "partial")
+            if len(pair) != 2 or not pair[0] < num_splits or pair[0] in done:
+                raise states.invalid(_OP, "partial", f"{pair} is not [split, elements yielded]")
+            partial[pair[0]] = pair[1]
+        self._split_elements, self._num_splits = elements, num_splits
+        self._done, self._yielded = done, partial
+        self._received = dict(partial)
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            self._stop_heartbeat.set()
+            try:
+                self._dispatcher.release.remote(self._job_id, self._client_id)
+            except Exception:  # the cluster is gone: nothing to release
+                pass
+
+
+def _cause(error):
+    """The user's exception inside a Ray task error (a UDFError from the worker's plan)."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, BaseException) else error
+
+
+_planner.register(DistributeNode, iterator=_DistributeIterator)

@@ -1,0 +1,270 @@
+"""The dispatcher role: jobs, splits, leases and worker membership, journaled.
+
+The dispatcher is a named, detached Ray actor (``max_restarts=-1``, pinned
+to the head node). Its state is ``state.DispatcherState``, a pure state
+machine; this actor only wires it to Ray: every change is an update that is
+journaled (``journal.Journal``, SQLite WAL in ``work_dir``) and then applied,
+so a restarted dispatcher replays the journal and carries on. Leases are
+granted in batches, one journal transaction per client request.
+
+A monitor thread pings the workers: a worker that does not answer (its
+actor died, or its node went away) is lost within ``_PING_SEC`` plus Ray's
+own detection, its unfinished leases go back to the pool, and a replacement
+keeps the worker count. Clients that stopped heartbeating lose their leases
+after ``client_timeout`` and jobs without clients are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from jdata.service import journal as journal_module
+from jdata.service import state as st
+from jdata.service import worker as worker_module
+
+NAME = "jdata-dispatcher"
+WORKER_PREFIX = "jdata-worker-"
+_PING_SEC = 0.5
+# A worker that answers no ping for this long is lost (Ray reports a dead actor
+# at once; this bounds a hung or unreachable one).
+_PING_TIMEOUT_SEC = 10.0
+
+
+class Dispatcher:
+    """The actor class (wrapped with ``ray.remote`` by ``jdata.service``)."""
+
+    def __init__(self, work_dir: str, namespace: str, num_workers: int, worker_cpus: float,
+                 client_timeout: float):
+        os.makedirs(work_dir, exist_ok=True)
+        path = os.path.join(work_dir, "journal.sqlite")
+        self._state = journal_module.restore(path) if os.path.exists(path) else \
+            st.DispatcherState()
+        self._journal = journal_module.Journal(path)
+        self._namespace = namespace
+        self._target = num_workers
+        self._worker_cpus = worker_cpus
+        self._client_timeout = client_timeout
+        self._lock = threading.RLock()
+        self._handles: dict = {}
+        self._stop = threading.Event()
+        self._recover_workers()
+        self._grace()
+        self._fill()
+        threading.Thread(target=self._monitor, name="jdata-dispatcher-monitor",
+                         daemon=True).start()
+
+    # ------------------------------------------------------------ journaled changes
+
+    def _commit(self, updates: list) -> None:
+        """Applies ``updates`` and journals them in one transaction."""
+        with self._lock:
+            applied: list = []
+            try:
+                self._apply(updates, applied)
+            finally:
+                self._journal_append(applied)
+
+    def _apply(self, updates: list, applied: list) -> None:
+        """Applies each update, recording it in ``applied``. An update that does not fit
+        the state raises (``DispatcherState.apply`` changes nothing then), so what
+        is journaled is exactly what was applied: a restart replays this process."""
+        for update in updates:
+            if update is not None:
+                self._state.apply(update)
+                applied.append(update)
+
+    def _journal_append(self, applied: list) -> None:
+        if applied:
+            self._journal.append(applied)
+
+    # ------------------------------------------------------------ workers
+
+    def _recover_workers(self) -> None:
+        import ray
+
+        for worker_id in self._state.alive_workers():
+            try:
+                self._handles[worker_id] = ray.get_actor(worker_id, namespace=self._namespace)
+            except ValueError:  # gone while the dispatcher was down
+                self._commit([st.WorkerLost(worker_id=worker_id)])
+
+    def _grace(self) -> None:
+        """After a restart, clients count as seen now: the dispatcher's downtime is not
+        their silence."""
+        now = time.time()
+        self._commit([st.ClientSeen(job_id=job_id, client_id=client_id, time=now)
+                      for job_id in self._state.jobs for client_id in self._state.clients(job_id)])
+
+    def _fill(self) -> None:
+        with self._lock:
+            missing = self._target - len(self._state.alive_workers())
+        for _ in range(max(missing, 0)):
+            self._add_worker()
+
+    def _add_worker(self) -> None:
+        import ray
+
+        worker_id = f"{WORKER_PREFIX}{os.urandom(4).hex()}"
+        actor = ray.remote(worker_module.Worker).options(
+            name=worker_id, namespace=self._namespace, lifetime="detached",
+            num_cpus=self._worker_cpus, max_concurrency=worker_module.MAX_READS,
+            max_restarts=0)
+        self._handles[worker_id] = actor.remote(worker_id)
+        self._commit([st.WorkerJoined(worker_id=worker_id)])
+
+    def _lose(self, worker_id: str) -> None:
+        import ray
+
+        with self._lock:
+            if worker_id not in self._state.alive_workers():
+                return
+            self._commit([st.WorkerLost(worker_id=worker_id)])
+            handle = self._handles.pop(worker_id, None)
+        if handle is not None:
+            try:
+                ray.kill(handle)
+            except Exception:  # already dead
+                pass
+
+    def _monitor(self) -> None:
+        import ray
+
+        while not self._stop.wait(_PING_SEC):
+            with self._lock:
+                handles = dict(self._handles)
+            pings = {worker_id: h.info.remote() for worker_id, h in handles.items()}
+            for worker_id, ref in pings.items():
+                try:
+                    ray.get(ref, timeout=_PING_TIMEOUT_SEC)
+                except Exception:  # RayActorError, GetTimeoutError, a lost node
+                    self._lose(worker_id)
+            self._fill()
+            self._commit(st.expire(self._state, time.time(), self._client_timeout))
+
+    # ------------------------------------------------------------ the clients' calls
+
+    def register(self, name, fingerprint: str, epoch: int, num_splits: int, mode: str,
+                 client_id: str, done: list | None = None) -> str:
+        """The job of (name, fingerprint, epoch): a named job is shared by its clients.
+
+        ``done``: splits a restored iterator has yielded already (``[start, stop)``
+        ranges); a new job starts with them done, granted and finished at once.
+        """
+        with self._lock:
+            job_id = self._state.find_job(name, fingerprint, epoch) if name else None
+            if job_id is not None:
+                job = self._state.job(job_id)
+                if job.num_splits != num_splits or job.mode != mode:
+                    raise ValueError(
+                        f"job_name={name!r} is running with processing_mode={job.mode!r} "
+                        f"over {job.num_splits} splits; this client asks for {mode!r} over "
+                        f"{num_splits}: name another job")
+                updates = []
+            else:
+                job_id = f"job-{os.urandom(6).hex()}"
+                updates = [st.JobCreated(job_id=job_id, name=name, fingerprint=fingerprint,
+                                         epoch=epoch, num_splits=num_splits, mode=mode)]
+            updates.append(st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time()))
+            alive = self._state.alive_workers()
+            restored = sorted({s for start, stop in done or () for s in range(start, stop)})
+            if restored and not (job_id in self._state.jobs and self._state.job(job_id).done):
+                if not alive:
+                    raise RuntimeError("jdata.service: no worker is alive")
+                # Granted to a worker only to be recorded done: nothing is read.
+                updates += [st.LeasesGranted(job_id=job_id, client_id=client_id,
+                                             leases=tuple((s, alive[0]) for s in restored)),
+                            st.SplitsDone(job_id=job_id, client_id=client_id,
+                                          splits=tuple(restored))]
+            self._commit(updates)
+        return job_id
+
+    def lease(self, job_id: str, client_id: str, count: int, max_outstanding: int,
+              done: list) -> list:
+        """Marks ``done`` splits, then grants up to ``count`` leases: [(split, worker_id)].
+
+        One journal transaction per call. Splits already done (a call retried
+        after a dispatcher restart lost its reply) are passed over.
+        """
+        with self._lock:
+            applied: list = []
+            try:
+                held = {split for split, _ in self._state.leases_of(job_id, client_id)}
+                done = tuple(sorted(split for split in set(done) if split in held))
+                self._apply([st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time()),
+                             st.SplitsDone(job_id=job_id, client_id=client_id, splits=done)
+                             if done else None], applied)
+                granted = st.grant(self._state, job_id, client_id, count, max_outstanding) \
+                    if count > 0 and max_outstanding > 0 else None
+                self._apply([granted], applied)
+            finally:
+                self._journal_append(applied)
+            return list(granted.leases) if granted is not None else []
+
+    def heartbeat(self, job_id: str, client_id: str) -> None:
+        self._commit([st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time())])
+
+    def release(self, job_id: str, client_id: str) -> None:
+        """A client closed its iterator: its unfinished leases go back."""
+        with self._lock:
+            if job_id in self._state.jobs and client_id in self._state.clients(job_id):
+                self._commit([st.ClientGone(job_id=job_id, client_id=client_id)])
+
+    def report_lost(self, worker_id: str) -> None:
+        """A client saw a read fail: check the worker now rather than at the next ping."""
+        import ray
+
+        with self._lock:
+            handle = self._handles.get(worker_id)
+        if handle is None:
+            return
+        try:
+            ray.get(handle.info.remote(), timeout=_PING_TIMEOUT_SEC)
+        except Exception:
+            self._lose(worker_id)
+            self._fill()
+
+    def workers(self) -> list:
+        with self._lock:
+            return list(self._state.alive_workers())
+
+    def scale(self, num_workers: int) -> None:
+        """Adds workers, or removes the newest ones (their leases are re-issued)."""
+        with self._lock:
+            self._target = num_workers
+            extra = self._state.alive_workers()[num_workers:]
+        for worker_id in extra:
+            self._lose(worker_id)
+        self._fill()
+
+    def status(self) -> dict:
+        import ray
+
+        with self._lock:
+            handles = dict(self._handles)
+            jobs = [self._state.job(job_id) for job_id in self._state.jobs]
+        infos = []
+        for worker_id, handle in handles.items():
+            try:
+                infos.append(ray.get(handle.info.remote(), timeout=_PING_TIMEOUT_SEC))
+            except Exception:
+                infos.append({"worker_id": worker_id, "pid": None, "node_id": None})
+        return {"dispatcher": {"pid": os.getpid(),
+                               "node_id": ray.get_runtime_context().get_node_id()},
+                "workers": infos,
+                "jobs": [st.job_summary(job) for job in jobs]}
+
+    def stop(self) -> None:
+        """Stops the monitor and every worker (the actor itself is killed by the caller)."""
+        import ray
+
+        self._stop.set()
+        with self._lock:
+            handles, self._handles = dict(self._handles), {}
+        for handle in handles.values():
+            try:
+                ray.kill(handle)
+            except Exception:
+                pass
+        self._journal.close()

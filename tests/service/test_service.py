@@ -1,0 +1,185 @@
+"""jdata.service end to end on a real local Ray (127.0.0.1): one service per module."""
+
+import json
+import os
+import signal
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import jdata
+from jdata import _planner
+from jdata.runtime.context import Context
+from jdata.service import _ray
+from tests.helpers import assert_same_sequence, materialize
+
+# Ray starts its processes with fork+exec while JAX's threads run: JAX warns, harmlessly.
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]
+
+KEY, KEY2 = jax.random.key(1), jax.random.key(2)
+N = 300
+SPLIT = 23  # elements per split: many splits, uneven last one
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory):
+    from jdata import service
+
+    ray = _ray.ray_module()
+    assert not ray.is_initialized(), "another test left a Ray running"
+    started = service.start(num_workers=2, worker_cpus=0.5, split_elements=SPLIT,
+                            work_dir=str(tmp_path_factory.mktemp("journal")), num_cpus=2)
+    yield started
+    started.stop()
+    assert not ray.is_initialized()
+
+
+def _noise(x, k):
+    return x * 1000 + np.random.default_rng(k).integers(1000)
+
+
+def _above():
+    return jdata.range(N).shuffle(KEY).random_map(_noise, KEY2)
+
+
+def _local(ds, epoch=0):
+    """Epoch ``epoch`` of ``ds`` run here, as the reference."""
+    node = ds._optimize().plan
+    it = _planner.make_iterator(node, Context(options=ds.options), epoch)
+    try:
+        return [materialize(e) for e in it]
+    finally:
+        it.close()
+
+
+def _ints(elements):
+    return [int(x) for x in elements]
+
+
+def test_the_service_runs_on_loopback_with_its_workers(svc):
+    status = svc.status()
+    assert len(status.workers) == 2 and all(w.pid for w in status.workers)
+    assert status.dispatcher.pid and status.dispatcher.pid != os.getpid()
+    ray = _ray.ray_module()
+    assert all(node["NodeManagerAddress"] == "127.0.0.1" for node in ray.nodes())
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+
+
+def test_dynamic_deterministic_is_the_local_stream_bit_for_bit(svc):
+    ds = _above().distribute(svc).batch(8)
+    local = _local(_above().batch(8))
+    assert_same_sequence([materialize(b) for b in ds], local)
+
+
+def test_each_iterator_is_the_next_epoch_through_the_service_too(svc):
+    ds = _above().distribute(svc)
+    first, second = _ints(ds), _ints(ds)
+    assert first == _ints(_local(_above(), 0)) and second == _ints(_local(_above(), 1))
+    assert first != second
+
+
+def test_static_mode_and_non_deterministic_mode_deliver_every_element_once(svc):
+    expected = _ints(_local(_above()))
+    assert _ints(_above().distribute(svc, processing_mode="static")) == expected
+    anyorder = _ints(_above().distribute(svc, deterministic=False))
+    assert sorted(anyorder) == sorted(expected)
+
+
+def test_off_mode_runs_the_whole_pipeline_on_every_worker(svc):
+    out = _ints(jdata.range(40).map(lambda x: x * 2).distribute(svc, processing_mode="off"))
+    assert sorted(out) == sorted(list(range(0, 80, 2)) * 2)
+
+
+def test_state_resumes_exactly_in_a_new_iterator(svc):
+    ds = _above().distribute(svc)
+    expected = _ints(_local(_above()))
+    for step in (0, 1, SPLIT - 1, SPLIT, 2 * SPLIT + 5, N - 1, N):
+        it = ds.iterator()
+        epoch = it.epoch
+        head = [int(next(it)) for _ in range(step)]
+        state = json.loads(json.dumps(it.get_state()))
+        it.close()
+        rest = _ints(ds.iterator(state))
+        assert head + rest == _ints(_local(_above(), epoch)), f"step {step}"
+    assert expected == _ints(_local(_above(), 0))
+
+
+def test_a_udf_error_on_a_worker_is_the_users_error_and_the_split_goes_on(svc):
+    def fails_on_7(x):
+        if x == 7:
+            raise ZeroDivisionError("seven")
+        return x
+
+    ds = jdata.range(30).map(fails_on_7).distribute(svc)
+    it = ds.iterator()
+    got = [int(next(it)) for _ in range(7)]
+    with pytest.raises(jdata.UDFError, match="seven") as info:
+        next(it)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert got + _ints(it) == [x for x in range(30) if x != 7]
+    skipped = jdata.range(30).map(fails_on_7).distribute(svc).ignore_errors()
+    assert _ints(skipped) == [x for x in range(30) if x != 7]
+
+
+def test_a_pipeline_that_cannot_be_split_says_so_and_names_off(svc):
+    with pytest.raises(ValueError, match="from_generator.*processing_mode='off'"):
+        jdata.from_generator(lambda: iter(range(5))).distribute(svc)
+    off = jdata.from_generator(lambda: iter(range(5))).distribute(svc, processing_mode="off")
+    assert sorted(_ints(off)) == sorted(list(range(5)) * 2)
+
+
+def test_bad_arguments(svc):
+    with pytest.raises(TypeError, match="service="):
+        jdata.range(3).distribute("svc")
+    with pytest.raises(ValueError, match="processing_mode='bogus'"):
+        jdata.range(3).distribute(svc, processing_mode="bogus")
+    with pytest.raises(NotImplementedError, match="sharing=True"):
+        jdata.range(3).distribute(svc, sharing=True)
+
+
+def _slow(x):
+    time.sleep(0.002)
+    return x
+
+
+def test_a_killed_worker_loses_nothing_and_the_stream_stays_exact(svc):
+    above = jdata.range(N).shuffle(KEY).map(_slow)
+    ds = above.distribute(svc)
+    expected = _ints(_local(above))
+    it = ds.iterator()
+    head = [int(next(it)) for _ in range(60)]
+    victim = svc.status().workers[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    rest = _ints(it)
+    assert head + rest == expected
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        workers = svc.status().workers
+        if len(workers) == 2 and victim.worker_id not in {w.worker_id for w in workers}:
+            break
+        time.sleep(0.2)
+    assert victim.worker_id not in {w.worker_id for w in svc.status().workers}
+    assert len(svc.status().workers) == 2
+    assert time.monotonic() - killed_at < 60
+
+
+def test_a_killed_dispatcher_restarts_from_its_journal(svc):
+    above = jdata.range(N).shuffle(KEY).map(_slow)
+    ds = above.distribute(svc)
+    it = ds.iterator()
+    head = [int(next(it)) for _ in range(50)]
+    os.kill(svc.status().dispatcher.pid, signal.SIGKILL)
+    rest = _ints(it)
+    assert head + rest == _ints(_local(above))
+    assert len(svc.status().workers) == 2
+
+
+def test_scale_changes_the_worker_count(svc):
+    svc.scale(3)
+    assert len(svc.status().workers) == 3
+    assert _ints(_above().distribute(svc)) == _ints(_local(_above()))
+    svc.scale(2)
+    assert len(svc.status().workers) == 2
