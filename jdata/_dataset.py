@@ -771,14 +771,17 @@ class Dataset:
             (every worker runs the whole pipeline, as tf.data's OFF).
           job_name: clients that name the same job (and pipeline) share its
             splits; ``None``: a job of this iterator's own.
-          num_consumers, consumer_index, sharing, compression: not built yet
-            (coordinated reads, sharing and compression come later).
+          num_consumers, consumer_index, sharing: not built yet (coordinated
+            reads and sharing come later).
+          compression: ``"lz4"`` or ``"zstd"`` compresses blocks between
+            workers and this process (for links between nodes); ``None`` sends
+            them as they are, without copies on one node.
           deterministic: yield splits in split order, so an index-based
             pipeline gives exactly the local stream; ``None`` follows
             ``Options.deterministic``.
         """
         from jdata.service import Service
-        from jdata.service import client
+        from jdata.service import client, worker
 
         if not isinstance(service, Service):
             raise TypeError(f"distribute: service={service!r} must be what "
@@ -790,17 +793,19 @@ class Dataset:
             raise TypeError(f"distribute: job_name={job_name!r} must be a non-empty str")
         for name, value, default in (("num_consumers", num_consumers, None),
                                      ("consumer_index", consumer_index, None),
-                                     ("sharing", sharing, False),
-                                     ("compression", compression, None)):
+                                     ("sharing", sharing, False)):
             if value != default:
                 raise NotImplementedError(
                     f"distribute: {name}={value!r} is not built yet; leave it at {default!r}")
         if deterministic is not None:
             check.bool_arg(deterministic, "deterministic", "distribute")
+        if compression not in (None,) + worker.CODECS:
+            raise ValueError(f"distribute: compression={compression!r} must be None, 'lz4' or "
+                             "'zstd'")
         if processing_mode != "off":
             client.check_splittable(self._node, processing_mode)
         return Dataset(client.DistributeNode(self._node, service.ref, processing_mode,
-                                             job_name, deterministic))
+                                             job_name, deterministic, compression))
 
     def to_global(self, sharding, prefetch: int = 2) -> Dataset:
         """Per-host batches as global ``jax.Array``s, ``prefetch`` of them on the devices ahead.

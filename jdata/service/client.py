@@ -30,6 +30,7 @@ from jdata._constants import UNKNOWN
 from jdata._plan import Node
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
+from jdata.runtime.stats import OpStats
 from jdata.service import _ray, splits
 from jdata.service import worker as worker_module
 from jdata.service.dispatcher import NAME as DISPATCHER_NAME
@@ -62,6 +63,7 @@ class DistributeNode(Node):
     processing_mode: str = "dynamic"
     job_name: str | None = None
     deterministic: bool | None = None
+    compression: str | None = None
     op_name: ClassVar[str] = _OP
 
     def cardinality(self) -> int:
@@ -72,7 +74,8 @@ class DistributeNode(Node):
 
     def __str__(self):
         return (f"Distribute(processing_mode={self.processing_mode!r}, "
-                f"job_name={self.job_name!r}, deterministic={self.deterministic})")
+                f"job_name={self.job_name!r}, deterministic={self.deterministic}, "
+                f"compression={self.compression!r})")
 
 
 def check_splittable(node: Node, mode: str) -> None:
@@ -124,9 +127,15 @@ class _DistributeIterator(Iterator):
         self._buffers: dict[int, list] = {}
         self._finished: set[int] = set()    # received whole, maybe not yet yielded
         self._to_report: list[int] = []
+        self._held: set[int] = set()  # leased to this client, not yet yielded whole
+        self._exhausted = False  # the dispatcher has no split left for this client
         self._split_elements = node.service.split_elements
         self._num_splits: int | None = None
         self._waiting_since: float | None = None
+        # A stage of its own in it.stats(): elements/s, time waited, workers, job progress.
+        self.stats = OpStats("workers", parallelism=0, buffer_size=_READS_PER_WORKER,
+                             engine="service", engine_reason="not started")
+        ctx.autotuner().register(self, _OP, False, False)
 
     # ------------------------------------------------------------ start-up
 
@@ -161,10 +170,12 @@ class _DistributeIterator(Iterator):
             self._node.job_name, self._fingerprint, self._epoch, self._num_splits, mode,
             self._client_id, ranges(self._done)))
         self._num_workers = len(self._call(self._dispatcher.workers))
+        self.stats.parallelism = self._num_workers
+        self.stats.engine_reason = (f"jdata.service job {self._job_id}, {mode}, "
+                                    f"{self._num_splits} splits")
         self._reads: dict[int, _Read] = {}
         self._handles: dict = {}
         self._to_report = []
-        self._next = 0  # deterministic: the split to yield next
         self._off_streams: list = []
         self._started = True
         self._last_call = time.monotonic()
@@ -208,10 +219,12 @@ class _DistributeIterator(Iterator):
         want = outstanding - len(self._reads)
         if want <= 0 and not self._to_report:
             return
-        granted = self._call(self._dispatcher.lease, self._job_id, self._client_id,
-                             max(want, 0), outstanding, self._to_report)
+        granted, self._exhausted = self._call(
+            self._dispatcher.lease, self._job_id, self._client_id, max(want, 0), outstanding,
+            self._to_report)
         self._to_report = []
         for split, worker_id in granted:
+            self._held.add(split)
             self._start_read(split, worker_id)
 
     def _start_read(self, split: int, worker_id: str) -> None:
@@ -219,14 +232,16 @@ class _DistributeIterator(Iterator):
         spec = dataclasses.asdict(self._split_plan.split(split))
         generator = self._handle(worker_id).read_split.options(
             num_returns="streaming").remote(self._fingerprint, self._plan_ref, spec,
-                                            self._epoch, self._received.get(split, 0))
+                                            self._epoch, self._received.get(split, 0),
+                                            self._node.compression)
         self._reads[split] = _Read(split, worker_id, generator)
 
     def _pull(self, read: _Read) -> bool:
         """Receives the read's next block into its split's buffer; False at its end."""
+        started = time.perf_counter()
         try:
             ref = next(read.generator)
-            block = self._ray.get(ref)
+            block = worker_module.unpack(self._ray.get(ref), self._node.compression)
         except StopIteration:
             del self._reads[read.split]
             self._finished.add(read.split)
@@ -238,12 +253,17 @@ class _DistributeIterator(Iterator):
             self._handles.pop(read.worker_id, None)
             self._call(self._dispatcher.report_lost, read.worker_id)
             alive = self._call(self._dispatcher.workers)
-            self._num_workers = len(alive)
+            self._num_workers = self.stats.parallelism = len(alive)
             if read.worker_id in alive:  # the read failed, not the worker: read on past it
                 self._start_read(read.split, read.worker_id)
             return True  # else the split is leased again; its buffer and counts stay
         self._buffers.setdefault(read.split, collections.deque()).extend(block)
         self._received[read.split] = self._received.get(read.split, 0) + len(block)
+        stats = self.stats
+        stats.wait_sec += time.perf_counter() - started
+        stats.buffered += len(block)
+        if block and not isinstance(block[0], worker_module.Failure):
+            stats.record_bytes(block[0])
         return True
 
     # ------------------------------------------------------------ iteration
@@ -259,6 +279,8 @@ class _DistributeIterator(Iterator):
 
     def _take(self, split: int):
         element = self._buffers[split].popleft()
+        self.stats.elements += 1
+        self.stats.buffered -= 1
         self._yielded[split] = self._yielded.get(split, 0) + 1
         if not self._buffers[split] and split in self._finished:
             self._split_yielded(split)
@@ -267,6 +289,7 @@ class _DistributeIterator(Iterator):
         return element
 
     def _split_yielded(self, split: int) -> None:
+        self._held.discard(split)
         self._done.add(split)
         self._to_report.append(split)
         self._yielded.pop(split, None)
@@ -274,12 +297,17 @@ class _DistributeIterator(Iterator):
         self._finished.discard(split)
 
     def _next_deterministic(self):
+        # Splits in order: the lowest split this client holds (a job of its own holds
+        # them all in turn; clients of a named job each see theirs in order).
         while True:
-            while self._next < self._num_splits and self._next in self._done:
-                self._next += 1
-            if self._next >= self._num_splits:
-                self._finish()
-            split = self._next
+            if not self._held:
+                self._lease()
+                if not self._held:
+                    if self._exhausted:
+                        self._finish()
+                    self._wait_for_workers()
+                    continue
+            split = min(self._held)
             if self._buffers.get(split):
                 return self._take(split)
             if split in self._finished:  # an empty split, or one yielded up to its end
@@ -302,10 +330,10 @@ class _DistributeIterator(Iterator):
                     return self._take(split)
             for split in list(self._finished):
                 self._split_yielded(split)
-            if len(self._done) >= self._num_splits:
-                self._finish()
             self._lease()
             if not self._reads:
+                if not self._held and self._exhausted:
+                    self._finish()
                 self._wait_for_workers()
                 continue
             generators = [r.generator for r in self._reads.values()]
@@ -338,7 +366,8 @@ class _DistributeIterator(Iterator):
             self._off_counts = getattr(self, "_off_counts", [0] * len(workers))
             self._off_streams = [
                 [self._handle(w).read_all.options(num_returns="streaming").remote(
-                    self._fingerprint, self._plan_ref, self._epoch, self._off_counts[i]), []]
+                    self._fingerprint, self._plan_ref, self._epoch, self._off_counts[i],
+                    self._node.compression), []]
                 for i, w in enumerate(workers)]
             self._turn = 0
         while any(s is not None for s in self._off_streams):
@@ -349,7 +378,8 @@ class _DistributeIterator(Iterator):
                 continue
             if not stream[1]:
                 try:
-                    stream[1] = list(self._ray.get(next(stream[0])))
+                    stream[1] = list(worker_module.unpack(self._ray.get(next(stream[0])),
+                                                          self._node.compression))
                 except StopIteration:
                     self._off_streams[slot] = None
                     continue

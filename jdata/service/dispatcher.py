@@ -181,10 +181,12 @@ class Dispatcher:
         return job_id
 
     def lease(self, job_id: str, client_id: str, count: int, max_outstanding: int,
-              done: list) -> list:
-        """Marks ``done`` splits, then grants up to ``count`` leases: [(split, worker_id)].
+              done: list) -> tuple[list, bool]:
+        """Marks ``done`` splits, then grants up to ``count`` leases.
 
-        One journal transaction per call. Splits already done (a call retried
+        Returns ``([(split, worker_id)...], exhausted)``: ``exhausted`` when no
+        split is left for this client (all done or held by clients). One
+        journal transaction per call. Splits already done (a call retried
         after a dispatcher restart lost its reply) are passed over.
         """
         with self._lock:
@@ -200,7 +202,9 @@ class Dispatcher:
                 self._apply([granted], applied)
             finally:
                 self._journal_append(applied)
-            return list(granted.leases) if granted is not None else []
+            orphaned = any(w is None for _, w in self._state.leases_of(job_id, client_id))
+            exhausted = not orphaned and not self._state.free_splits(job_id, 1)
+            return (list(granted.leases) if granted is not None else []), exhausted
 
     def heartbeat(self, job_id: str, client_id: str) -> None:
         self._commit([st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time())])

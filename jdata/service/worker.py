@@ -15,6 +15,7 @@ object store and the worker keeps the decoded plan by fingerprint.
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 
@@ -86,6 +87,37 @@ def blocks(elements):
         yield block
 
 
+CODECS = ("lz4", "zstd")
+
+
+def _codec(name: str):
+    try:
+        if name == "lz4":
+            import lz4.frame as lz4_frame
+
+            return lz4_frame.compress, lz4_frame.decompress
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress, zstandard.ZstdDecompressor().decompress
+    except ImportError as e:
+        raise ImportError(f"compression={name!r} needs its codec: pip install "
+                          "'jdata[service]'") from e
+
+
+def pack(block: list, compression: str | None):
+    """What a worker sends: the block itself (Ray moves its arrays without copies on a
+    node), or its pickle compressed for links between nodes."""
+    if compression is None:
+        return block
+    return _codec(compression)[0](pickle.dumps(block, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def unpack(payload, compression: str | None) -> list:
+    if compression is None:
+        return payload
+    return pickle.loads(_codec(compression)[1](payload))
+
+
 class WorkerStats:
     """Counters for ``Service.status()``: thread-safe, cheap."""
 
@@ -138,16 +170,18 @@ class Worker:
                 self._plans[fingerprint] = plan
         return plan
 
-    def read_split(self, fingerprint: str, plan_ref: list, split: dict, epoch: int, skip: int):
+    def read_split(self, fingerprint: str, plan_ref: list, split: dict, epoch: int, skip: int,
+                   compression: str | None = None):
         """The blocks of one split of the job's plan (a streaming generator)."""
         node, options = self._plan(fingerprint, plan_ref)
         it = splits.read_split(node, options, splits.Split(**split), epoch, skip)
         try:
-            yield from self._stream(outcomes(it))
+            yield from self._stream(outcomes(it), compression)
         finally:
             it.close()
 
-    def read_all(self, fingerprint: str, plan_ref: list, epoch: int, skip: int):
+    def read_all(self, fingerprint: str, plan_ref: list, epoch: int, skip: int,
+                 compression: str | None = None):
         """The blocks of the whole plan (processing mode "off")."""
         from jdata import _planner
         from jdata.runtime.context import Context
@@ -159,15 +193,15 @@ class Worker:
             for _ in range(skip):
                 if next(stream, None) is None:
                     return
-            yield from self._stream(stream)
+            yield from self._stream(stream, compression)
         finally:
             it.close()
 
-    def _stream(self, elements):
+    def _stream(self, elements, compression: str | None):
         self._stats.task(1)
         try:
             for block in blocks(elements):
                 self._stats.add(block)
-                yield block
+                yield pack(block, compression)
         finally:
             self._stats.task(-1)

@@ -130,6 +130,69 @@ def test_a_pipeline_that_cannot_be_split_says_so_and_names_off(svc):
     assert sorted(_ints(off)) == sorted(list(range(5)) * 2)
 
 
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_blocks_give_the_same_stream(svc, compression):
+    above = jdata.range(N).shuffle(KEY).map(lambda x: np.full(1000, x, np.int32))
+    got = [materialize(e) for e in above.distribute(svc, compression=compression)]
+    assert_same_sequence(got, _local(above))
+
+
+def test_stats_show_the_service_stage(svc):
+    it = _above().distribute(svc).iterator()
+    assert len(_ints(it)) == N
+    row = next(r for r in it.stats().rows if r["stage"] == "distribute")
+    assert row["elements"] == N and row["engine"] == "service"
+    assert row["parallelism"] == 2 and "splits" in row["engine_reason"]
+    assert "distribute" in str(it.stats())
+
+
+def test_orbax_checkpoint_through_the_service(svc, tmp_path):
+    import orbax.checkpoint as ocp
+
+    import jdata.checkpoint
+    ds = _above().distribute(svc)
+    it = ds.iterator()
+    head = [int(next(it)) for _ in range(40)]
+    with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+        manager.save(1, args=ocp.args.Composite(data=jdata.checkpoint.CheckpointSave(it)))
+        manager.wait_until_finished()
+    it.close()
+    fresh = _above().distribute(svc)  # as in a restarted trainer
+    with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+        restored = manager.restore(1, args=ocp.args.Composite(
+            data=jdata.checkpoint.CheckpointRestore(fresh.iterator()))).data
+    assert head + _ints(restored) == _ints(_local(_above()))
+
+
+def test_a_named_job_is_shared_by_its_clients_each_element_once(svc):
+    ds = _above().distribute(svc, job_name="shared")
+    a, b = ds.iterator(), _above().distribute(svc, job_name="shared").iterator()
+    got_a, got_b = [], []
+    for _ in range(N):  # the two clients read in turn, as two trainers would
+        for it, got in ((a, got_a), (b, got_b)):
+            try:
+                got.append(int(next(it)))
+            except StopIteration:
+                pass
+    got_a += _ints(a)
+    got_b += _ints(b)
+    assert got_a and got_b
+    assert sorted(got_a + got_b) == sorted(_ints(_local(_above())))
+
+
+def test_a_closed_iterator_releases_its_job(svc):
+    it = _above().distribute(svc, job_name="closing").iterator()
+    next(it)
+    it.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        jobs = [j for j in svc.status().jobs if j.name == "closing"]
+        if not jobs or jobs[0].clients == 0:
+            break
+        time.sleep(0.05)  # polling the dispatcher, which releases asynchronously
+    assert not jobs or jobs[0].clients == 0
+
+
 def test_bad_arguments(svc):
     with pytest.raises(TypeError, match="service="):
         jdata.range(3).distribute("svc")
@@ -137,6 +200,8 @@ def test_bad_arguments(svc):
         jdata.range(3).distribute(svc, processing_mode="bogus")
     with pytest.raises(NotImplementedError, match="sharing=True"):
         jdata.range(3).distribute(svc, sharing=True)
+    with pytest.raises(ValueError, match="compression='gzip'"):
+        jdata.range(3).distribute(svc, compression="gzip")
 
 
 def _slow(x):
