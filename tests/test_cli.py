@@ -138,6 +138,11 @@ _ADDRESS = r"jdata service running at (127\.0\.0\.1:\d+) \(namespace jdata\)"
 def test_start_status_stop_on_loopback(started):
     address = started.wait_for(_ADDRESS).group(1)
     started.wait_for(r"^1 workers:$")
+    # Ray refuses a client without the token only after ~20 s of retries: run it meanwhile.
+    tokenless = subprocess.Popen(
+        [sys.executable, "-m", "jdata", "service", "status", "--address", address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env(RAY_AUTH_MODE="disabled"))
 
     status = _jdata("service", "status", "--address", address)
     assert status.returncode == 0, status.stderr
@@ -161,6 +166,14 @@ def test_start_status_stop_on_loopback(started):
     assert _jdata("service", "status", "--address", address, "--namespace", "second"
                   ).returncode == 1
     assert started.proc.poll() is None  # the first one still runs
+
+    try:
+        out, err = tokenless.communicate(timeout=_COMMAND_TIMEOUT_SEC)
+    finally:
+        if tokenless.poll() is None:
+            tokenless.kill()
+    assert tokenless.returncode == 1 and "dispatcher pid" not in out
+    assert f"Failed to connect to Ray cluster at {address}: if the cluster uses token " in err
 
     stop = _jdata("service", "stop", "--address", address)
     assert stop.returncode == 0, stop.stderr

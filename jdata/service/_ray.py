@@ -65,11 +65,11 @@ def init_remote(address: str, namespace: str, **ray_init_kw) -> None:
     try:
         ray.init(address=address, namespace=namespace, **{"log_to_driver": False, **ray_init_kw})
     except ConnectionError as e:
-        if _token_mode():
-            raise
-        raise ConnectionError(
-            f"{e}. If the cluster uses token authentication, set RAY_AUTH_MODE=token and "
-            "the cluster's token in RAY_AUTH_TOKEN (or in ~/.ray/auth_token)") from e
+        sent = ("the token this process sent (RAY_AUTH_TOKEN, else RAY_AUTH_TOKEN_PATH, else "
+                "~/.ray/auth_token) may not be the cluster's" if _token_mode() else
+                "if the cluster uses token authentication, set RAY_AUTH_MODE=token and its "
+                "token in RAY_AUTH_TOKEN")
+        raise ConnectionError(f"{e}: {sent}") from e
     if not _token_mode():
         # A cluster with token authentication refuses a client without a token: this one
         # let us in, so anyone who reaches it can.
