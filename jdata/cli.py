@@ -101,8 +101,7 @@ def _start(args) -> int:
 
     svc = service.start(args.address, num_workers=args.num_workers, work_dir=args.work_dir,
                         namespace=args.namespace, worker_cpus=args.worker_cpus)
-    ray = _ray.ray_module()
-    address = args.address or ray.get_runtime_context().gcs_address
+    address = _resolved(args.address, _ray.ray_module())
     print(f"jdata service running at {address} (namespace {args.namespace})")
     print(svc.status(), flush=True)
     if args.address is not None:
@@ -113,6 +112,13 @@ def _start(args) -> int:
     svc.stop()
     print(f"jdata service stopped ({reason})", flush=True)
     return 0
+
+
+def _resolved(address: str | None, ray) -> str:
+    """The address other processes use: the GCS's for an embedded Ray or ``"auto"``."""
+    if address not in (None, _AUTO):
+        return address
+    return ray.get_runtime_context().gcs_address
 
 
 def _serve_until_stopped(namespace: str) -> str:
