@@ -122,8 +122,8 @@ def started(tmp_path):
 
 
 def _env(**env_vars: str) -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), os.environ.get("PYTHONPATH", "")]), **env_vars)
+    path = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(path), **env_vars)
 
 
 def _jdata(*argv: str, **env_vars: str) -> subprocess.CompletedProcess:
@@ -135,7 +135,7 @@ _ADDRESS = r"jdata service running at (127\.0\.0\.1:\d+) \(namespace jdata\)"
 
 
 @pytest.mark.slow
-def test_start_status_stop_on_loopback(started):
+def test_start_status_stop_on_loopback(started, request):
     address = started.wait_for(_ADDRESS).group(1)
     started.wait_for(r"^1 workers:$")
     # Ray refuses a client without the token only after ~20 s of retries: run it meanwhile.
@@ -143,6 +143,7 @@ def test_start_status_stop_on_loopback(started):
         [sys.executable, "-m", "jdata", "service", "status", "--address", address],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=_env(RAY_AUTH_MODE="disabled"))
+    request.addfinalizer(lambda: tokenless.poll() is None and tokenless.kill())
 
     status = _jdata("service", "status", "--address", address)
     assert status.returncode == 0, status.stderr
@@ -167,11 +168,7 @@ def test_start_status_stop_on_loopback(started):
                   ).returncode == 1
     assert started.proc.poll() is None  # the first one still runs
 
-    try:
-        out, err = tokenless.communicate(timeout=_COMMAND_TIMEOUT_SEC)
-    finally:
-        if tokenless.poll() is None:
-            tokenless.kill()
+    out, err = tokenless.communicate(timeout=_COMMAND_TIMEOUT_SEC)
     assert tokenless.returncode == 1 and "dispatcher pid" not in out
     assert f"Failed to connect to Ray cluster at {address}: if the cluster uses token " in err
 
