@@ -24,7 +24,7 @@ import pytest
 import jdata
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ("docs/migration.md", "docs/design.md")
+DOCS = ("docs/migration.md", "docs/design.md", "docs/service.md")
 _FENCE = re.compile(r"^```(\S*)[ \t]*([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _TAGS = ("", "tf.data", "planned")
 # What "planned" blocks may use, and how to tell that it is still missing.
