@@ -147,6 +147,13 @@ class _DistributeIterator(Iterator):
                     "distribute: this process is not connected to the service's Ray; iterate "
                     "where service.start() ran, or pass its address to service.start/connect")
             _ray.init_remote(self._node.service.address, self._node.service.namespace)
+        from ray.util.client import ray as ray_client
+
+        if ray_client.is_connected():
+            raise RuntimeError(
+                f"{_OP}: reading through Ray Client (a ray:// address) is not supported: it "
+                "cannot stream actor results. Run the trainer inside the cluster "
+                "(service.connect('auto')); ray:// works for status, scale and stop")
         self._ray = ray
         node, options = self._node.input, self._ctx.options
         self._dispatcher = ray.get_actor(DISPATCHER_NAME, namespace=self._node.service.namespace)
@@ -187,6 +194,8 @@ class _DistributeIterator(Iterator):
         # A training step may take longer than the dispatcher's client timeout.
         dispatcher, job_id, client_id = self._dispatcher, self._job_id, self._client_id
         while not self._stop_heartbeat.wait(_HEARTBEAT_SEC):
+            if not self._ray.is_initialized():
+                return  # the service stopped: a call would start (or join) another Ray
             try:
                 dispatcher.heartbeat.remote(job_id, client_id)
             except Exception:  # the dispatcher restarting: the next call retries
@@ -214,23 +223,31 @@ class _DistributeIterator(Iterator):
                     raise
                 time.sleep(0.2)
 
-    def _lease(self) -> None:
+    def _lease(self, at_least: int = 0) -> None:
         outstanding = _READS_PER_WORKER * max(self._num_workers, 1)
-        want = outstanding - len(self._reads)
+        # at_least: the split to yield next has no read (its worker died before the read
+        # started): its lease comes back orphaned even when the reads are full.
+        want = max(outstanding - len(self._reads), at_least)
         if want <= 0 and not self._to_report:
             return
-        granted, self._exhausted = self._call(
+        granted, self._exhausted, self._num_workers = self._call(
             self._dispatcher.lease, self._job_id, self._client_id, max(want, 0), outstanding,
             self._to_report)
         self._to_report = []
+        self.stats.parallelism = self._num_workers
         for split, worker_id in granted:
             self._held.add(split)
             self._start_read(split, worker_id)
 
     def _start_read(self, split: int, worker_id: str) -> None:
+        try:
+            handle = self._handle(worker_id)
+        except ValueError:  # it died after the grant, before the dispatcher noticed: once
+            self._call(self._dispatcher.report_lost, worker_id)  # it has, the lease is
+            return  # orphaned and granted again (``_lease(at_least=1)``)
         self._waiting_since = None
         spec = dataclasses.asdict(self._split_plan.split(split))
-        generator = self._handle(worker_id).read_split.options(
+        generator = handle.read_split.options(
             num_returns="streaming").remote(self._fingerprint, self._plan_ref, spec,
                                             self._epoch, self._received.get(split, 0),
                                             self._node.compression)
@@ -315,7 +332,7 @@ class _DistributeIterator(Iterator):
                 continue
             read = self._reads.get(split)
             if read is None:
-                self._lease()
+                self._lease(at_least=1)
                 if split not in self._reads:
                     self._wait_for_workers()
                 continue
@@ -439,6 +456,8 @@ class _DistributeIterator(Iterator):
         self._closed = True
         if self._started:
             self._stop_heartbeat.set()
+            if not self._ray.is_initialized():
+                return
             try:
                 self._dispatcher.release.remote(self._job_id, self._client_id)
             except Exception:  # the cluster is gone: nothing to release

@@ -181,11 +181,12 @@ class Dispatcher:
         return job_id
 
     def lease(self, job_id: str, client_id: str, count: int, max_outstanding: int,
-              done: list) -> tuple[list, bool]:
+              done: list) -> tuple[list, bool, int]:
         """Marks ``done`` splits, then grants up to ``count`` leases.
 
-        Returns ``([(split, worker_id)...], exhausted)``: ``exhausted`` when no
-        split is left for this client (all done or held by clients). One
+        Returns ``([(split, worker_id)...], exhausted, workers)``: ``exhausted``
+        when no split is left for this client (all done or held by clients),
+        ``workers`` the number alive (clients size their reads by it). One
         journal transaction per call. Splits already done (a call retried
         after a dispatcher restart lost its reply) are passed over.
         """
@@ -204,7 +205,8 @@ class Dispatcher:
                 self._journal_append(applied)
             orphaned = any(w is None for _, w in self._state.leases_of(job_id, client_id))
             exhausted = not orphaned and not self._state.free_splits(job_id, 1)
-            return (list(granted.leases) if granted is not None else []), exhausted
+            return ((list(granted.leases) if granted is not None else []), exhausted,
+                    len(self._state.alive_workers()))
 
     def heartbeat(self, job_id: str, client_id: str) -> None:
         self._commit([st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time())])
