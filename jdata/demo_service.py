@@ -25,6 +25,7 @@ leaves the images, labels and flips those of ``make demo``), cut at
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -149,8 +150,6 @@ def _run(svc, workdir: str, images: int, global_batch: int, epochs: int) -> dict
     import optax
     import orbax.checkpoint as ocp
 
-    import jdata.checkpoint
-
     devices = jax.devices()
     mesh = jax.sharding.Mesh(np.array(devices), ("data",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
@@ -163,19 +162,39 @@ def _run(svc, workdir: str, images: int, global_batch: int, epochs: int) -> dict
     ds = pipeline(path, global_batch, sharding, epochs, svc)
     total = len(ds)
     optimizer = optax.adam(3e-3)
-    step = demo.make_step(optimizer)
-    fresh = demo.init_model(jax.random.key(1))
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    params = jax.device_put(fresh, replicated)
-    opt_state = jax.device_put(optimizer.init(params), replicated)
     manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"),
                                     options=ocp.CheckpointManagerOptions(max_to_keep=2))
-    kill_at, preempt_at = total // epochs // 2, int(total * 0.6)  # mid first epoch
+    seen: dict[int, tuple] = {}  # step -> (digest, ids); a step done again replaces its own
+    watch: list[Watch] = []
+    try:
+        report, loss = _train(svc, ds, total, total // epochs // 2, optimizer, replicated,
+                              manager, global_batch, seen, watch)
+    finally:
+        for w in watch:  # before the service stops: it asks the service
+            w.stop()
+        manager.close()
+    return _report(svc, report, loss, watch[0],
+                   [seen[s][0] for s in range(total)] == reference,
+                   exactly_once([seen[s][1] for s in range(total)], total // epochs, images),
+                   total)
+
+
+def _train(svc, ds, total: int, kill_at: int, optimizer, replicated, manager,
+           global_batch: int, seen: dict, watch: list) -> tuple[dict, float]:
+    """``jdata.demo``'s training, preemption and restore, with a worker killed at ``kill_at``."""
+    import orbax.checkpoint as ocp
+
+    import jdata.checkpoint
+
+    fresh = demo.init_model(jax.random.key(1))
+    params = jax.device_put(fresh, replicated)
+    opt_state = jax.device_put(optimizer.init(params), replicated)
+    step = demo.make_step(optimizer)
+    preempt_at = int(total * 0.6)
     print(f"== training {total} steps of {global_batch} fed by the service; a worker killed "
           f"at step {kill_at}, preempted at step {preempt_at}")
     progress = demo.Progress(total, global_batch)
-    seen: dict[int, tuple] = {}  # step -> (digest, ids); a step done again replaces its own
-    watch: list[Watch] = []
 
     def observe(s, batch):
         seen[s] = (_digest(batch), np.asarray(batch["id"]))
@@ -185,10 +204,11 @@ def _run(svc, workdir: str, images: int, global_batch: int, epochs: int) -> dict
             print(f"\n== killed worker {victim.worker_id} (pid {victim.pid}, {victim.tasks} "
                   f"reads so far) with SIGKILL at step {s}")
 
-    params, opt_state, loss, it = demo.train(ds, step, params, opt_state, manager, 0,
-                                             preempt_at, progress, observe=observe)
-    manager.wait_until_finished()
-    it.close()
+    # closing(): an iterator left open would go on heartbeating to the service.
+    with contextlib.closing(ds.iterator()) as it:
+        demo.train(ds, step, params, opt_state, manager, 0, preempt_at, progress, it=it,
+                   observe=observe)
+        manager.wait_until_finished()
     del params, opt_state, it  # the preemption: nothing survives but the checkpoints
     resume_from = manager.latest_step()
     print(f"\n== preempted after step {preempt_at}; restoring step {resume_from}: the model "
@@ -198,34 +218,24 @@ def _run(svc, workdir: str, images: int, global_batch: int, epochs: int) -> dict
         model=ocp.args.StandardRestore(
             {"params": like, "opt_state": jax.device_put(optimizer.init(like), replicated)}),
         data=jdata.checkpoint.CheckpointRestore(ds.iterator())))
-    print(f"== the restored iterator's service progress: {_progress(restored.data.get_state())}")
-    params, opt_state, loss, it = demo.train(
-        ds, step, restored.model["params"], restored.model["opt_state"], manager,
-        resume_from, total, progress, it=restored.data, observe=observe)
-    manager.wait_until_finished()
-    it.close()
-    manager.close()
-    report = progress.close()
-    for w in watch:
-        w.stop()
-    return _report(svc, report, loss, watch[0] if watch else None,
-                   [seen[s][0] for s in range(total)] == reference,
-                   exactly_once([seen[s][1] for s in range(total)], total // epochs, images),
-                   total)
+    with contextlib.closing(restored.data) as it:
+        print(f"== the restored iterator's service progress: {_progress(it.get_state())}")
+        _, _, loss, _ = demo.train(
+            ds, step, restored.model["params"], restored.model["opt_state"], manager,
+            resume_from, total, progress, it=it, observe=observe)
+        manager.wait_until_finished()
+    return progress.close(), loss
 
 
-def _report(svc, report: dict, loss: float, watch: Watch | None, exact: bool,
-            epochs: list[dict], total: int) -> dict:
-    workers = svc.status().workers
+def _report(svc, report: dict, loss: float, watch: Watch, exact: bool, epochs: list[dict],
+            total: int) -> dict:
+    workers, new = svc.status().workers, watch.replacement
     print("== report")
     print(f"workers now: {len(workers)} (pids {', '.join(str(w.pid) for w in workers)})")
-    if watch is not None:
-        replacement = watch.replacement
-        print(f"killed {watch.victim.worker_id} (pid {watch.victim.pid}); its replacement "
-              f"{replacement.worker_id if replacement else None} (pid "
-              f"{replacement.pid if replacement else None}) was up after "
-              f"{_seconds(watch.up_s)} and delivered its first elements after "
-              f"{_seconds(watch.delivered_s)}")
+    print(f"killed {watch.victim.worker_id} (pid {watch.victim.pid}); its replacement "
+          f"{new and new.worker_id} (pid {new and new.pid}) was up after "
+          f"{_seconds(watch.up_s)} and delivered its first elements after "
+          f"{_seconds(watch.delivered_s)}")
     for index, epoch in enumerate(epochs):
         print(f"epoch {index}: {epoch['examples']} examples trained on; each id counted "
               f"{epoch['min']} to {epoch['max']} times; exactly once: {epoch['exact']}")
@@ -238,11 +248,9 @@ def _report(svc, report: dict, loss: float, watch: Watch | None, exact: bool,
     if not (exact and once):
         raise SystemExit("demo failed: the run through the service consumed other batches")
     return {**report, "loss": loss, "exact": exact, "exactly_once": once, "epochs": epochs,
-            "steps": total, "workers": len(workers),
-            "killed_pid": watch.victim.pid if watch else None,
-            "replacement_pid": watch.replacement.pid if watch and watch.replacement else None,
-            "replacement_up_s": watch.up_s if watch else None,
-            "replacement_delivered_s": watch.delivered_s if watch else None}
+            "steps": total, "workers": len(workers), "killed_pid": watch.victim.pid,
+            "replacement_pid": new and new.pid, "replacement_up_s": watch.up_s,
+            "replacement_delivered_s": watch.delivered_s}
 
 
 def _progress(state) -> str:
