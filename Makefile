@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-test
 BENCH_INSTALLED := $(VENV)/.installed-bench
 
-.PHONY: test test-fast demo bench clean
+.PHONY: test test-fast demo demo-service bench clean
 
 $(INSTALLED): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: jdata needs Python >= 3.11 on PATH"; exit 1; }
@@ -32,6 +32,10 @@ test-fast: $(INSTALLED)
 # The demo trains on 8 CPU devices (a data-parallel mesh), forced before JAX starts.
 demo: $(INSTALLED)
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/python -m jdata.demo
+
+# The same training fed by a jdata.service (2 workers on a local Ray), one worker killed mid-run.
+demo-service: $(INSTALLED)
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/python -m jdata.demo --service
 
 bench: $(BENCH_INSTALLED)
 	$(BIN)/python -m benchmarks.run

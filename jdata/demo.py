@@ -16,6 +16,10 @@
    The resumed run must consume exactly the batches of an uninterrupted
    run (checked batch by batch against a data-only pass).
 5. Prints a report: loss, throughput, input wait, and the optimized plan.
+
+``python -m jdata.demo --service`` (``make demo-service``) runs the same
+training fed by a ``jdata.service`` whose worker is killed mid-run: see
+``jdata.demo_service``.
 """
 
 from __future__ import annotations
@@ -71,8 +75,13 @@ def _decode(example, key):
     return {"image": image, "label": example["label"]}
 
 
+def keys():
+    """The pipeline's keys: the shuffle's and the flips'."""
+    return jax.random.split(jax.random.key(0))
+
+
 def pipeline(path: str, global_batch: int, sharding, epochs: int) -> jdata.Dataset:
-    shuffle_key, flip_key = jax.random.split(jax.random.key(0))
+    shuffle_key, flip_key = keys()
     per_host = jdata.hosts.per_host_batch_size(global_batch)
     return (jdata.hosts.shard_for_this_host(jdata.load(path))
             .shuffle(shuffle_key)
@@ -158,8 +167,12 @@ class Progress:
 
 
 def train(ds, step, params, opt_state, manager, first_step: int, last_step: int,
-          progress: Progress, it=None, digests: list | None = None, every: int = 10):
-    """Steps ``first_step .. last_step - 1``; checkpoints every ``every`` steps."""
+          progress: Progress, it=None, digests: list | None = None, every: int = 10,
+          observe=None):
+    """Steps ``first_step .. last_step - 1``; checkpoints every ``every`` steps.
+
+    ``observe(step, batch)``, if given, sees each batch as it arrives.
+    """
     import orbax.checkpoint as ocp
 
     import jdata.checkpoint
@@ -172,6 +185,8 @@ def train(ds, step, params, opt_state, manager, first_step: int, last_step: int,
         waited = time.perf_counter() - start
         if digests is not None:
             digests.append(_digest(batch))
+        if observe is not None:
+            observe(s, batch)
         params, opt_state, loss = step(params, opt_state, batch)
         # Reading the loss waits for the step, so the time in next() is time the devices
         # sat idle waiting for input (the next batches are fetched during the step).
@@ -268,4 +283,11 @@ def _accuracy(path: str, params, sharding) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--service"]:  # the same training fed by a jdata.service
+        from jdata import demo_service
+
+        demo_service.main()
+    elif sys.argv[1:]:
+        raise SystemExit(f"usage: python -m jdata.demo [--service] (not {sys.argv[1:]})")
+    else:
+        main()
