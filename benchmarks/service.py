@@ -231,18 +231,26 @@ def report(scale: float = 1.0, rounds: int = 3, counts=WORKER_COUNTS, warmup_sec
     """Runs the five parts (``scale`` sizes the failure epochs and the lease count); prints
     and returns every figure."""
     print(f"== service: jdata.service on a local Ray; steady rates after {warmup_sec:g} s, "
-          f"{measure_sec:g} s measured, medians of {rounds} interleaved rounds")
+          f"{measure_sec:g} s measured, medians of {rounds} interleaved rounds", flush=True)
+    began = time.perf_counter()
+    result = {}
+
+    def part(name, figures, show):
+        result[name] = figures
+        show(figures)
+        print(f"  ({name} done at {time.perf_counter() - began:.0f} s)", flush=True)
+
     with Cluster() as cluster:
-        result = {"scale_out": scale_out(cluster, counts, rounds, warmup_sec, measure_sec)}
-        _print_scale_out(result["scale_out"])
-        result["transfer"] = transfer(cluster, rounds, warmup_sec, measure_sec)
-        _print_transfer(result["transfer"])
-        result["overhead"] = overhead(cluster, counts[:2], rounds, warmup_sec, measure_sec)
-        _print_overhead(result["overhead"])
+        part("scale_out", scale_out(cluster, counts, rounds, warmup_sec, measure_sec),
+             _print_scale_out)
+        part("transfer", transfer(cluster, rounds, warmup_sec, measure_sec), _print_transfer)
+        part("overhead", overhead(cluster, counts[:2], rounds, warmup_sec, measure_sec),
+             _print_overhead)
         # Last: the kills leave this service with a replaced worker and a restarted dispatcher.
-        result["failure"] = service_failure.report(cluster, cluster.service(2), scale)
-    result["dispatch"] = service_dispatch.report(leases=max(1000, int(20_000 * scale)),
-                                                 num_splits=10**5)
+        part("failure", service_failure.report(cluster, cluster.service(2), scale),
+             lambda figures: None)
+    part("dispatch", service_dispatch.report(leases=max(1000, int(20_000 * scale)),
+                                             num_splits=10**5), lambda figures: None)
     return result
 
 
