@@ -121,15 +121,17 @@ def steady(make_iterator, warmup_sec: float, measure_sec: float,
     """``(seconds to the first element, amount/s after a warm-up)`` of one iterator."""
     start = time.perf_counter()
     it = make_iterator()
-    next(it)
-    first = time.perf_counter() - start
-    deadline = time.perf_counter() + warmup_sec
-    while time.perf_counter() < deadline:
+    try:
         next(it)
-    total, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < measure_sec:
-        total += amount(next(it))
-    it.close()
+        first = time.perf_counter() - start
+        deadline = time.perf_counter() + warmup_sec
+        while time.perf_counter() < deadline:
+            next(it)
+        total, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < measure_sec:
+            total += amount(next(it))
+    finally:  # a service iterator left open keeps a heartbeat thread calling Ray
+        it.close()
     return first, total / elapsed
 
 
@@ -162,18 +164,14 @@ def scale_out(cluster: Cluster, counts=WORKER_COUNTS, rounds: int = 3, warmup_se
                 "of_ideal": rate / (n * ideal)} for n, (_, rate) in rates.items()}
 
 
-@functools.lru_cache(maxsize=None)
-def _producer_class(ray):
-    @ray.remote(num_cpus=WORKER_CPUS)
-    class Producer:
-        """Ray alone: streams ``count`` blocks of one array (a read of a split, unpipelined)."""
+class _Producer:
+    """Ray alone (an actor): streams ``count`` blocks of one array, as a worker streams a
+    split's blocks, without a pipeline."""
 
-        def stream(self, nbytes: int, count: int):
-            block = np.ones(nbytes, np.uint8)
-            for _ in range(count):
-                yield [block]
-
-    return Producer
+    def stream(self, nbytes: int, count: int):
+        block = np.ones(nbytes, np.uint8)
+        for _ in range(count):
+            yield [block]
 
 
 def _ray_stream(ray, producer, nbytes: int, reads: int = 2):
@@ -196,9 +194,11 @@ def _put_get(ray, nbytes: int):
 def transfer(cluster: Cluster, rounds: int = 3, warmup_sec: float = 1.0,
              measure_sec: float = 2.0, nbytes: int = TRANSFER_BYTES) -> dict:
     """GB/s at the client: the service with one worker, and Ray alone."""
+    # Splits of SPLIT_ELEMENTS blocks (500 MB): sized by the client, one would hold the whole
+    # epoch, as splits are sized by compute time (a microsecond a block here), not bytes.
     ray, svc = cluster.ray, cluster.service(1)
     ds = jdata.from_tensors(np.ones(nbytes, np.uint8)).repeat(_TRANSFER_BLOCKS).distribute(svc)
-    producer = _producer_class(ray).remote()
+    producer = ray.remote(_Producer).options(num_cpus=WORKER_CPUS, max_concurrency=2).remote()
     systems = {"service": ds.iterator, "ray stream": lambda: _ray_stream(ray, producer, nbytes),
                "ray put/get": lambda: _put_get(ray, nbytes)}
     rates = _rounds(systems, rounds,

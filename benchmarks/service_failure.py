@@ -102,7 +102,22 @@ def run(svc, kind: str, elements: int = ELEMENTS, delay: float = DELAY_SEC,
         raise ValueError(f"kind={kind!r}: pass 'worker' or 'dispatcher'")
     kill_at = elements // 10 if kill_at is None else kill_at
     expected = [int(x) for x in pipeline(elements, 0.0)]
-    it = pipeline(elements, delay).distribute(svc).iterator()
+    # Closed even at its end: an open iterator keeps a heartbeat thread calling Ray.
+    with pipeline(elements, delay).distribute(svc).iterator() as it:
+        got, times, killed, seen = _read_with_kill(svc, kind, it, kill_at)
+    check_exactly_once(got, expected)
+    gaps = np.diff([killed] + times[kill_at:])
+    result = {"elements": len(got), "exactly_once": True, "same_order": True,
+              "next_element_s": float(gaps[0]), "stall_s": float(gaps.max()),
+              "stall_before_s": float(np.diff(times[:kill_at]).max(initial=0.0))}
+    keys = ("replacement_up_s", "replacement_first_s") if kind == "worker" else \
+        ("dispatcher_back_s",)
+    result.update({key: seen.get(key) for key in keys})  # first element None: the epoch ended
+    return result
+
+
+def _read_with_kill(svc, kind: str, it, kill_at: int):
+    """The elements and their times, the kill's time and what the watcher saw."""
     got, times = [], []
     for _ in range(kill_at):
         got.append(int(next(it)))
@@ -112,7 +127,6 @@ def run(svc, kind: str, elements: int = ELEMENTS, delay: float = DELAY_SEC,
             signal.SIGKILL)
     killed = time.perf_counter()
     watcher = _Watcher(svc, before, killed)
-    up = "replacement_up_s" if kind == "worker" else "dispatcher_back_s"
     try:
         for x in it:
             got.append(int(x))
@@ -120,15 +134,9 @@ def run(svc, kind: str, elements: int = ELEMENTS, delay: float = DELAY_SEC,
     except BaseException:
         watcher.finish()  # before anything shuts Ray down: a status call would start one again
         raise
-    seen = watcher.finish(until=up)  # up, even when the epoch ended first
-    check_exactly_once(got, expected)
-    gaps = np.diff([killed] + times[kill_at:])
-    result = {"elements": len(got), "exactly_once": True, "same_order": True,
-              "next_element_s": float(gaps[0]), "stall_s": float(gaps.max()),
-              "stall_before_s": float(np.diff(times[:kill_at]).max(initial=0.0))}
-    keys = ("replacement_up_s", "replacement_first_s") if kind == "worker" else (up,)
-    result.update({key: seen.get(key) for key in keys})  # first element None: the epoch ended
-    return result
+    # Up, even when the epoch ended first.
+    seen = watcher.finish(until="replacement_up_s" if kind == "worker" else "dispatcher_back_s")
+    return got, times, killed, seen
 
 
 def report(cluster, svc, scale: float = 1.0) -> dict:
