@@ -227,9 +227,9 @@ def overhead(cluster: Cluster, counts=(1, 2), rounds: int = 3, warmup_sec: float
 
 
 def report(scale: float = 1.0, rounds: int = 3, counts=WORKER_COUNTS, warmup_sec: float = 1.5,
-           measure_sec: float = 3.0) -> dict:
-    """Runs the five parts (``scale`` sizes the failure epochs and the lease count); prints
-    and returns every figure."""
+           measure_sec: float = 3.0, sleep_sec: float = SLEEP_SEC) -> dict:
+    """Runs the five parts (``scale`` sizes the failure epochs and the lease count;
+    ``sleep_sec`` is the scale-out UDF's delay); prints and returns every figure."""
     print(f"== service: jdata.service on a local Ray; steady rates after {warmup_sec:g} s, "
           f"{measure_sec:g} s measured, medians of {rounds} interleaved rounds", flush=True)
     began = time.perf_counter()
@@ -241,8 +241,8 @@ def report(scale: float = 1.0, rounds: int = 3, counts=WORKER_COUNTS, warmup_sec
         print(f"  ({name} done at {time.perf_counter() - began:.0f} s)", flush=True)
 
     with Cluster() as cluster:
-        part("scale_out", scale_out(cluster, counts, rounds, warmup_sec, measure_sec),
-             _print_scale_out)
+        part("scale_out", scale_out(cluster, counts, rounds, warmup_sec, measure_sec,
+                                    sleep_sec), _print_scale_out)
         part("transfer", transfer(cluster, rounds, warmup_sec, measure_sec), _print_transfer)
         part("overhead", overhead(cluster, counts[:2], rounds, warmup_sec, measure_sec),
              _print_overhead)

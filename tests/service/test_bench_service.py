@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:os.fork:Runti
 def result():
     ray = _ray.ray_module()
     assert not ray.is_initialized(), "another test left a Ray running"
-    out = service.report(scale=0.05, rounds=1, counts=(1, 2), warmup_sec=0.05, measure_sec=0.2)
+    out = service.report(scale=0.05, rounds=1, counts=(1, 2), warmup_sec=0.05, measure_sec=0.2,
+                         sleep_sec=0.002)
     assert not ray.is_initialized()  # the benchmark stopped the Ray it started
     return out
 
