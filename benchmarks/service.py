@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import os
 import statistics
+import tempfile
 import time
 
 import numpy as np
@@ -71,6 +73,7 @@ class Cluster:
                                "without one")
         _ray.init_local(_NAMESPACE)
         self._services: dict[int, object] = {}
+        self._journals = tempfile.TemporaryDirectory(prefix="jdata-bench-service-")
 
     def service(self, num_workers: int, measured_splits: bool = False):
         """The service of ``num_workers`` workers (up), with splits of SPLIT_ELEMENTS; with
@@ -81,7 +84,8 @@ class Cluster:
         if svc is None:
             svc = service.start(num_workers=num_workers, worker_cpus=WORKER_CPUS,
                                 split_elements=SPLIT_ELEMENTS,
-                                namespace=f"{_NAMESPACE}-{num_workers}")
+                                namespace=f"{_NAMESPACE}-{num_workers}",
+                                work_dir=os.path.join(self._journals.name, str(num_workers)))
             self._services[num_workers] = svc
             self.wait_idle(svc)
         return service.connect(namespace=svc.ref.namespace) if measured_splits else svc
@@ -107,6 +111,7 @@ class Cluster:
         for svc in self._services.values():
             svc.stop()
         self.ray.shutdown()
+        self._journals.cleanup()
 
     def __enter__(self):
         return self
