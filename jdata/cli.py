@@ -99,6 +99,8 @@ def _start(args) -> int:
     from jdata import service
     from jdata.service import _ray
 
+    if args.address is not None:
+        _ray.send_local_token(args.address)
     svc = service.start(args.address, num_workers=args.num_workers, work_dir=args.work_dir,
                         namespace=args.namespace, worker_cpus=args.worker_cpus)
     address = _resolved(args.address, _ray.ray_module())
@@ -147,7 +149,9 @@ def _serve_until_stopped(namespace: str) -> str:
 
 def _status(args) -> int:
     from jdata import service
+    from jdata.service import _ray
 
+    _ray.send_local_token(args.address)
     svc = service.connect(args.address, args.namespace)
     print(f"jdata service at {args.address} (namespace {args.namespace})")
     print(svc.status())
@@ -156,7 +160,9 @@ def _status(args) -> int:
 
 def _stop(args) -> int:
     from jdata import service
+    from jdata.service import _ray
 
+    _ray.send_local_token(args.address)
     service.connect(args.address, args.namespace).stop()
     print(f"jdata service stopped at {args.address} (namespace {args.namespace})")
     return 0

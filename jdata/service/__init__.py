@@ -18,6 +18,7 @@ them with tf.data's service.)
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import tempfile
 
 from jdata.service import _ray
@@ -79,10 +80,11 @@ class ServiceStatus:
 class Service:
     """A running service: pass it to ``Dataset.distribute``. A context manager."""
 
-    def __init__(self, dispatcher, ref: ServiceRef, owned: bool):
+    def __init__(self, dispatcher, ref: ServiceRef, owned: bool, temp_dir: str | None = None):
         self._dispatcher = dispatcher
         self.ref = ref
         self._owned = owned
+        self._temp_dir = temp_dir  # the journal's directory, when start() made it
 
     def status(self) -> ServiceStatus:
         """The dispatcher, each worker (pid, node, reads, rates) and each job."""
@@ -112,6 +114,8 @@ class Service:
             pass
         if self._owned:
             ray.shutdown()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
 
     def __enter__(self):
         return self
@@ -153,7 +157,9 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
         _ray.init_local(namespace, **ray_init_kw)
     else:
         _ray.init_remote(address, namespace, **ray_init_kw)
-    work_dir = work_dir or tempfile.mkdtemp(prefix="jdata-service-")
+    temp_dir = tempfile.mkdtemp(prefix="jdata-service-") if work_dir is None and \
+        address is None else None
+    work_dir = work_dir or temp_dir or tempfile.mkdtemp(prefix="jdata-service-")
     head = _head_node(ray)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -166,7 +172,7 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
                           float(client_timeout))
     ray.get(handle.workers.remote())  # up, its workers started
-    return Service(handle, ServiceRef(address, namespace, split_elements), owned)
+    return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir)
 
 
 def connect(address: str | None = None, namespace: str = "jdata", **ray_init_kw) -> Service:

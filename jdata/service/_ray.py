@@ -6,9 +6,10 @@ machine's external address unless it runs as a single-machine "cluster",
 which the ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` switch asks for: then every
 server Ray starts listens on loopback only.
 
-Joining a cluster (``init_remote``) fails fast where nothing listens, sends
-this machine's token to a loopback address (Ray itself does so only for
-``"auto"``), and warns when the cluster turns out to have no authentication.
+Joining a cluster (``init_remote``) fails fast where nothing listens and
+warns when the cluster turns out to have no authentication; the command line
+sends this machine's token to a loopback address first (``send_local_token``:
+Ray itself does so only for ``"auto"``).
 """
 
 from __future__ import annotations
@@ -60,8 +61,6 @@ def init_remote(address: str, namespace: str, **ray_init_kw) -> None:
     if ray.is_initialized():
         return
     _check_reachable(address)
-    if _is_loopback(address):
-        _send_local_token()
     try:
         ray.init(address=address, namespace=namespace, **{"log_to_driver": False, **ray_init_kw})
     except ConnectionError as e:
@@ -107,6 +106,17 @@ def _check_reachable(address: str) -> None:
         raise ConnectionError(f"jdata.service: no Ray cluster answers at address={address!r} "
                               f"({e}); pass the address the cluster's head prints (or that "
                               "`jdata service start` prints)") from None
+
+
+def send_local_token(address: str | None) -> None:
+    """Before joining ``address``: send this machine's Ray token if it is a loopback
+    address (the command line, whose second process joins a service started here).
+
+    Not done by ``init_remote`` itself: sent to a loopback cluster without
+    authentication (``ray.cluster_utils`` clusters), it made reads hang.
+    """
+    if address is not None and _is_loopback(address):
+        _send_local_token()
 
 
 def _send_local_token() -> None:

@@ -43,6 +43,8 @@ _HEARTBEAT_SEC = 5.0
 # While no lease comes (workers being replaced), ask again this often, for at most this long.
 _LEASE_RETRY_SEC = 0.05
 _NO_WORKER_SEC = 120.0
+# A read waiting longer than this for its next block checks that its worker lives.
+_LIVENESS_CHECK_SEC = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +239,8 @@ class _DistributeIterator(Iterator):
         self.stats.parallelism = self._num_workers
         for split, worker_id in granted:
             self._held.add(split)
-            self._start_read(split, worker_id)
+            if split not in self._finished:  # an orphan received whole needs no read
+                self._start_read(split, worker_id)
 
     def _start_read(self, split: int, worker_id: str) -> None:
         try:
@@ -247,16 +250,32 @@ class _DistributeIterator(Iterator):
             return  # orphaned and granted again (``_lease(at_least=1)``)
         self._waiting_since = None
         spec = dataclasses.asdict(self._split_plan.split(split))
-        generator = handle.read_split.options(
-            num_returns="streaming").remote(self._fingerprint, self._plan_ref, spec,
-                                            self._epoch, self._received.get(split, 0),
-                                            self._node.compression)
+        generator = handle.read_split.options(num_returns="streaming").remote(
+            self._fingerprint, self._plan_ref, spec, self._epoch,
+            self._received.get(split, 0), self._node.compression)
         self._reads[split] = _Read(split, worker_id, generator)
+
+    def _wait_ready(self, read: _Read) -> bool:
+        """Waits for the read's next block; False if its worker is lost meanwhile.
+
+        A read from a worker whose node went away may never fail by itself, so a
+        long wait asks the dispatcher (which pings every worker) whether the
+        worker is still alive.
+        """
+        while True:
+            ready, _ = self._ray.wait([read.generator], num_returns=1,
+                                      timeout=_LIVENESS_CHECK_SEC)
+            if ready:
+                return True
+            if read.worker_id not in self._call(self._dispatcher.workers):
+                return False
 
     def _pull(self, read: _Read) -> bool:
         """Receives the read's next block into its split's buffer; False at its end."""
         started = time.perf_counter()
         try:
+            if not self._wait_ready(read):
+                raise self._ray.exceptions.ActorDiedError()
             ref = next(read.generator)
             block = worker_module.unpack(self._ray.get(ref), self._node.compression)
         except StopIteration:
@@ -312,6 +331,10 @@ class _DistributeIterator(Iterator):
         self._yielded.pop(split, None)
         self._buffers.pop(split, None)
         self._finished.discard(split)
+        # Reported now, so the dispatcher grants the next split while this one's reads
+        # are still full: otherwise one read per worker would be lost to the wait.
+        if len(self._reads) < _READS_PER_WORKER * self._num_workers:
+            self._lease()
 
     def _next_deterministic(self):
         # Splits in order: the lowest split this client holds (a job of its own holds
@@ -370,6 +393,7 @@ class _DistributeIterator(Iterator):
         time.sleep(_LEASE_RETRY_SEC)
 
     def _finish(self):
+        self._stop_heartbeat.set()
         if self._to_report:
             self._call(self._dispatcher.lease, self._job_id, self._client_id, 0, 0,
                        self._to_report)
@@ -458,6 +482,12 @@ class _DistributeIterator(Iterator):
             self._stop_heartbeat.set()
             if not self._ray.is_initialized():
                 return
+            for read in self._reads.values():  # workers stop producing for us
+                try:
+                    self._ray.cancel(read.generator)
+                except Exception:  # finished, or not cancellable: it ends by itself
+                    pass
+            self._reads = {}
             try:
                 self._dispatcher.release.remote(self._job_id, self._client_id)
             except Exception:  # the cluster is gone: nothing to release
