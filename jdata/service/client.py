@@ -270,12 +270,24 @@ class _DistributeIterator(Iterator):
             if read.worker_id not in self._call(self._dispatcher.workers):
                 return False
 
+    def _lost(self, read: _Read) -> None:
+        """A read failed: its split is read again past what was received, on the same
+        worker if that is alive, else on the one the dispatcher re-issues it to."""
+        del self._reads[read.split]
+        self._handles.pop(read.worker_id, None)
+        self._call(self._dispatcher.report_lost, read.worker_id)
+        alive = self._call(self._dispatcher.workers)
+        self._num_workers = self.stats.parallelism = len(alive)
+        if read.worker_id in alive:  # the read failed, not the worker: read on past it
+            self._start_read(read.split, read.worker_id)
+
     def _pull(self, read: _Read) -> bool:
         """Receives the read's next block into its split's buffer; False at its end."""
         started = time.perf_counter()
+        if not self._wait_ready(read):
+            self._lost(read)
+            return True
         try:
-            if not self._wait_ready(read):
-                raise self._ray.exceptions.ActorDiedError()
             ref = next(read.generator)
             block = worker_module.unpack(self._ray.get(ref), self._node.compression)
         except StopIteration:
@@ -285,14 +297,8 @@ class _DistributeIterator(Iterator):
         except self._ray.exceptions.RayError as e:
             if _error_kind(self._ray, e) == "udf":
                 raise _cause(e) from None
-            del self._reads[read.split]
-            self._handles.pop(read.worker_id, None)
-            self._call(self._dispatcher.report_lost, read.worker_id)
-            alive = self._call(self._dispatcher.workers)
-            self._num_workers = self.stats.parallelism = len(alive)
-            if read.worker_id in alive:  # the read failed, not the worker: read on past it
-                self._start_read(read.split, read.worker_id)
-            return True  # else the split is leased again; its buffer and counts stay
+            self._lost(read)
+            return True
         self._buffers.setdefault(read.split, collections.deque()).extend(block)
         self._received[read.split] = self._received.get(read.split, 0) + len(block)
         stats = self.stats
