@@ -781,7 +781,7 @@ class Dataset:
             ``Options.deterministic``.
         """
         from jdata.service import Service
-        from jdata.service import client, worker
+        from jdata.service import _blocks, client
 
         if not isinstance(service, Service):
             raise TypeError(f"distribute: service={service!r} must be what "
@@ -799,7 +799,7 @@ class Dataset:
                     f"distribute: {name}={value!r} is not built yet; leave it at {default!r}")
         if deterministic is not None:
             check.bool_arg(deterministic, "deterministic", "distribute")
-        if compression not in (None,) + worker.CODECS:
+        if compression not in (None,) + _blocks.CODECS:
             raise ValueError(f"distribute: compression={compression!r} must be None, 'lz4' or "
                              "'zstd'")
         if processing_mode != "off":

@@ -142,7 +142,7 @@ def map_on(ds: jdata.Dataset, fn, path: str) -> jdata.Dataset:
 
 
 def use_per_element_paths(monkeypatch) -> None:
-    """Turns off the block paths (``read_block``, the block filter).
+    """Turns off the block paths (``read_block``, ``next_many``, the block filter).
 
     What runs then is the element-by-element code that the block paths must
     match in elements, errors and states.
@@ -152,7 +152,9 @@ def use_per_element_paths(monkeypatch) -> None:
     from jdata.ops import range as range_op
     from jdata.ops import skip as skip_op
     from jdata.ops import take as take_op
+    from jdata.runtime import iterator
 
+    monkeypatch.setattr(iterator.IndexIterator, "next_many", iterator.Iterator.next_many)
     for reader in (range_op._RangeReader, map_op._MapReader, take_op._TakeReader,
                    skip_op._SkipReader):
         monkeypatch.delattr(reader, "read_block")

@@ -168,6 +168,31 @@ class IndexIterator(Iterator):
             self.index = i
             raise
 
+    def next_many(self, n: int) -> list:
+        """Up to ``n`` elements through the reader's ``read_block`` (one tight loop).
+
+        Loses nothing: the elements before a failing one are returned, and the
+        next call raises its error (as ``next`` would, past it; an ``OSError``
+        leaves the index on it, as ``next`` does).
+        """
+        i = self.index
+        if i >= self._len or n <= 0:
+            return []
+        offset = i - self._start
+        if 0 <= offset < len(self._buffer):
+            out = self._buffer[offset:offset + n]
+            self.index = i + len(out)
+            return out
+        if self._read_block is not None or i == self._error_at:
+            return [next(self)]  # the block reader's buffer, or its stored error
+        elements, error = read_block(self.reader, i, min(self._len, i + n))
+        if not elements and error is not None:
+            if not isinstance(error, OSError):
+                self.index = i + 1
+            raise error
+        self.index = i + len(elements)
+        return elements
+
     def _read(self, i: int):
         if self._read_block is None:
             return self.reader[i]

@@ -29,10 +29,9 @@ from jdata import _fingerprint, _planner
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
 from jdata.runtime import states
-from jdata.runtime.iterator import Iterator
+from jdata.runtime.iterator import Tunable
 from jdata.runtime.stats import OpStats
-from jdata.service import _ray, splits
-from jdata.service import worker as worker_module
+from jdata.service import _blocks, _ray, splits
 from jdata.service.dispatcher import NAME as DISPATCHER_NAME
 
 MODES = ("off", "dynamic", "static")
@@ -116,7 +115,46 @@ class _Read:
         self.split, self.worker_id, self.generator = split, worker_id, generator
 
 
-class _DistributeIterator(Iterator):
+class _Buffer:
+    """A split's received elements not yet yielded: blocks, consumed from the front."""
+
+    __slots__ = ("blocks", "offset", "size")
+
+    def __init__(self):
+        self.blocks: collections.deque = collections.deque()  # (elements, failure places)
+        self.offset = 0  # into the first block
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, elements: list, failures: tuple) -> None:
+        self.blocks.append((elements, failures))
+        self.size += len(elements)
+
+    def take(self, n: int) -> list:
+        """Up to ``n`` next elements of the first block, ending before its next failure; a
+        failure comes alone (``[Failure]``)."""
+        elements, failures = self.blocks[0]
+        start = self.offset
+        stop = min(start + n, len(elements))
+        for place in failures:
+            if place >= start:
+                stop = min(stop, max(place, start + 1))
+                break
+        out = elements[start:stop]
+        self.size -= len(out)
+        if stop == len(elements):
+            self.blocks.popleft()
+            self.offset = 0
+        else:
+            self.offset = stop
+        return out
+
+
+class _DistributeIterator(Tunable):
+    # A stage of it.stats() (elements/s, time waited, workers); no knob for the autotuner:
+    # the service sizes itself (Tunable's set_parallelism and set_buffer_size do nothing).
     def __init__(self, node: DistributeNode, ctx, epoch: int):
         self._node, self._ctx, self._epoch = node, ctx, epoch
         self._deterministic = node.deterministic if node.deterministic is not None else \
@@ -126,7 +164,7 @@ class _DistributeIterator(Iterator):
         self._done: set[int] = set()       # splits yielded whole
         self._yielded: dict[int, int] = {}  # elements yielded of splits not done
         self._received: dict[int, int] = {}
-        self._buffers: dict[int, list] = {}
+        self._buffers: dict[int, _Buffer] = {}
         self._finished: set[int] = set()    # received whole, maybe not yet yielded
         self._to_report: list[int] = []
         self._held: set[int] = set()  # leased to this client, not yet yielded whole
@@ -289,7 +327,7 @@ class _DistributeIterator(Iterator):
             return True
         try:
             ref = next(read.generator)
-            block = worker_module.unpack(self._ray.get(ref), self._node.compression)
+            block, failures = _blocks.unpack(self._ray.get(ref), self._node.compression)
         except StopIteration:
             del self._reads[read.split]
             self._finished.add(read.split)
@@ -299,36 +337,50 @@ class _DistributeIterator(Iterator):
                 raise _cause(e) from None
             self._lost(read)
             return True
-        self._buffers.setdefault(read.split, collections.deque()).extend(block)
-        self._received[read.split] = self._received.get(read.split, 0) + len(block)
-        stats = self.stats
-        stats.wait_sec += time.perf_counter() - started
-        stats.buffered += len(block)
-        if block and not isinstance(block[0], worker_module.Failure):
-            stats.record_bytes(block[0])
+        if block:
+            buffer = self._buffers.get(read.split)
+            if buffer is None:
+                buffer = self._buffers[read.split] = _Buffer()
+            buffer.add(block, failures)
+            self._received[read.split] = self._received.get(read.split, 0) + len(block)
+            self.stats.buffered += len(block)
+            if not failures:
+                self.stats.record_bytes(block[0])
+        self.stats.wait_sec += time.perf_counter() - started
         return True
 
     # ------------------------------------------------------------ iteration
 
     def __next__(self):
-        if self._closed:
+        out = self.next_many(1)
+        if not out:
             raise StopIteration
+        return out[0]
+
+    def next_many(self, n: int) -> list:
+        """Up to ``n`` next elements, from one block (a slice of it): what ``batch`` above
+        asks for. A user function's error is raised in its element's place, and the
+        elements before it come first, so nothing is lost."""
+        if self._closed:
+            return []
         if not self._started:
             self._start()
         if self._node.processing_mode == "off":
-            return self._next_off()
-        return self._next_deterministic() if self._deterministic else self._next_any()
-
-    def _take(self, split: int):
-        element = self._buffers[split].popleft()
-        self.stats.elements += 1
-        self.stats.buffered -= 1
-        self._yielded[split] = self._yielded.get(split, 0) + 1
+            return self._next_off(n)
+        split = self._ready_in_order() if self._deterministic else self._ready_any()
+        if split is None:
+            return []
+        out = self._buffers[split].take(n)
+        k = len(out)
+        stats = self.stats
+        stats.elements += k
+        stats.buffered -= k
+        self._yielded[split] = self._yielded.get(split, 0) + k
         if not self._buffers[split] and split in self._finished:
             self._split_yielded(split)
-        if isinstance(element, worker_module.Failure):
-            raise element.error
-        return element
+        if type(out[0]) is _blocks.Failure:
+            raise out[0].error
+        return out
 
     def _split_yielded(self, split: int) -> None:
         self._held.discard(split)
@@ -342,20 +394,23 @@ class _DistributeIterator(Iterator):
         if len(self._reads) < _READS_PER_WORKER * self._num_workers:
             self._lease()
 
-    def _next_deterministic(self):
-        # Splits in order: the lowest split this client holds (a job of its own holds
-        # them all in turn; clients of a named job each see theirs in order).
+    def _ready_in_order(self) -> int | None:
+        """The split to yield from next (it has elements buffered); None at the end.
+
+        Splits in order: the lowest split this client holds (a job of its own
+        holds them all in turn; clients of a named job each see theirs in order).
+        """
         while True:
             if not self._held:
                 self._lease()
                 if not self._held:
                     if self._exhausted:
-                        self._finish()
+                        return self._finish()
                     self._wait_for_workers()
                     continue
             split = min(self._held)
             if self._buffers.get(split):
-                return self._take(split)
+                return split
             if split in self._finished:  # an empty split, or one yielded up to its end
                 self._split_yielded(split)
                 continue
@@ -369,17 +424,18 @@ class _DistributeIterator(Iterator):
             if len(self._reads) < _READS_PER_WORKER * self._num_workers:
                 self._lease()
 
-    def _next_any(self):
+    def _ready_any(self) -> int | None:
+        """A split with elements buffered (whichever arrived first); None at the end."""
         while True:
-            for split, buffer in list(self._buffers.items()):
+            for split, buffer in self._buffers.items():
                 if buffer:
-                    return self._take(split)
+                    return split
             for split in list(self._finished):
                 self._split_yielded(split)
             self._lease()
             if not self._reads:
                 if not self._held and self._exhausted:
-                    self._finish()
+                    return self._finish()
                 self._wait_for_workers()
                 continue
             generators = [r.generator for r in self._reads.values()]
@@ -398,23 +454,24 @@ class _DistributeIterator(Iterator):
                                "no worker that can run this job (see service.status())")
         time.sleep(_LEASE_RETRY_SEC)
 
-    def _finish(self):
+    def _finish(self) -> None:
+        """The end of the epoch: the last splits reported, the heartbeat stopped."""
         self._stop_heartbeat.set()
         if self._to_report:
             self._call(self._dispatcher.lease, self._job_id, self._client_id, 0, 0,
                        self._to_report)
             self._to_report = []
-        raise StopIteration
 
-    def _next_off(self):
-        # Every worker runs the whole pipeline (tf.data's OFF): their streams in turn.
+    def _next_off(self, n: int) -> list:
+        # Every worker runs the whole pipeline (tf.data's OFF): their streams in turn, a
+        # block's worth (up to n) from each.
         if not self._off_streams:
             workers = self._call(self._dispatcher.workers)
             self._off_counts = getattr(self, "_off_counts", [0] * len(workers))
             self._off_streams = [
                 [self._handle(w).read_all.options(num_returns="streaming").remote(
                     self._fingerprint, self._plan_ref, self._epoch, self._off_counts[i],
-                    self._node.compression), []]
+                    self._node.compression), _Buffer()]
                 for i, w in enumerate(workers)]
             self._turn = 0
         while any(s is not None for s in self._off_streams):
@@ -425,19 +482,22 @@ class _DistributeIterator(Iterator):
                 continue
             if not stream[1]:
                 try:
-                    stream[1] = list(worker_module.unpack(self._ray.get(next(stream[0])),
-                                                          self._node.compression))
+                    stream[1].add(*_blocks.unpack(self._ray.get(next(stream[0])),
+                                                  self._node.compression))
                 except StopIteration:
                     self._off_streams[slot] = None
                     continue
                 except self._ray.exceptions.RayError as e:
                     raise _cause(e) from None
-            self._off_counts[slot] += 1
-            element = stream[1].pop(0)
-            if isinstance(element, worker_module.Failure):
-                raise element.error
-            return element
-        raise StopIteration
+                if not stream[1]:
+                    continue
+            out = stream[1].take(n)
+            self._off_counts[slot] += len(out)
+            self.stats.elements += len(out)
+            if type(out[0]) is _blocks.Failure:
+                raise out[0].error
+            return out
+        return []
 
     # ------------------------------------------------------------ state
 

@@ -2,11 +2,14 @@
 
 A worker is a Ray actor (one per worker, ``num_cpus`` declared so that a Ray
 autoscaler can add nodes for it). It runs jdata's own runtime, threads and
-worker processes included, and hands out **blocks** of elements: lists that
-Ray serializes with pickle protocol 5, so NumPy arrays travel through the
-object store without copies on one node and arrive read-only, as elements
-are values. Reads are streaming generators: Ray keeps a few blocks buffered
-ahead of the client (``BUFFERED_BLOCKS``) while the worker goes on.
+worker processes included, and hands out **blocks** of elements, read with
+``next_many`` (one tight loop per block) and stacked where they can be
+(``jdata.service._blocks``): Ray serializes them with pickle protocol 5, so
+NumPy arrays travel through the object store without copies on one node and
+arrive read-only, as elements are values. Blocks grow while they are cheap
+to produce, so a cheap pipeline's elements travel by the ten thousand and a
+costly one's first elements come early. Reads are streaming generators: the
+worker produces ahead while the client consumes.
 
 Plans travel once per job: the client puts the cloudpickled plan in the
 object store and the worker keeps the decoded plan by fingerprint.
@@ -15,107 +18,52 @@ object store and the worker keeps the decoded plan by fingerprint.
 from __future__ import annotations
 
 import os
-import pickle
 import threading
 import time
 
 import cloudpickle
 
-from jdata.service import splits
+from jdata.service import _blocks, splits
 
-# Elements and bytes per block: small enough for the client to start early,
-# big enough that a block's overhead (a Ray object) is amortized.
-BLOCK_ELEMENTS = 256
+# A job's first block has FIRST_BLOCK elements (the client starts early, and an element's
+# size is not known yet); blocks then double while one takes less than BLOCK_SEC to
+# produce, up to BLOCK_ELEMENTS and BLOCK_BYTES (a Ray object's overhead is then small
+# against its elements). A job's next reads start at the size its last read reached.
+FIRST_BLOCK = 1
+BLOCK_ELEMENTS = 1 << 16
 BLOCK_BYTES = 4 << 20
-# Blocks a worker keeps produced ahead of the client, per read.
-BUFFERED_BLOCKS = 4
+BLOCK_SEC = 0.02
 # Reads one worker runs at once (its actor's thread pool).
 MAX_READS = 16
 
 
-def element_bytes(element) -> int:
-    """A cheap size estimate: the arrays' and strings' bytes of a pytree."""
-    if isinstance(element, dict):
-        return sum(element_bytes(v) for v in element.values())
-    if isinstance(element, (tuple, list)):
-        return sum(element_bytes(v) for v in element)
-    if isinstance(element, (bytes, str)):
-        return len(element)
-    return getattr(element, "nbytes", 8)
+def next_block_size(size: int, produced: int, nbytes: int, seconds: float) -> int:
+    """Elements to ask for next, after a block of ``produced`` elements (of the ``size``
+    asked) that took ``seconds`` and weighs ``nbytes``."""
+    if produced >= size and seconds < BLOCK_SEC:
+        size *= 2
+    elif seconds > 4 * BLOCK_SEC:  # the elements got costlier: the client waits less
+        size //= 2
+    if nbytes and produced:
+        size = min(size, max(1, BLOCK_BYTES * produced // nbytes))
+    return max(1, min(size, BLOCK_ELEMENTS))
 
 
-class Failure:
-    """An element whose user function raised (a ``jdata.UDFError``), sent in its place.
-
-    The client raises it where the element would have been, and its split
-    goes on after it, as a local iterator does (``ignore_errors`` below
-    ``distribute`` skips it); it counts as received for a re-read's ``skip``.
-    """
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-    def __reduce__(self):
-        return (Failure, (self.error,))
-
-
-def outcomes(it):
-    """An iterator's elements, with a ``Failure`` for each element that raised ``UDFError``."""
+def _exact(it, n: int) -> tuple[list, tuple]:
+    """Up to ``n`` outcomes of ``it`` one by one: the elements, with a ``Failure`` in the
+    place of each that raised ``UDFError``, and those places."""
     from jdata._errors import UDFError
 
-    while True:
+    elements, failures = [], []
+    while len(elements) < n:
         try:
-            yield next(it)
+            elements.append(next(it))
         except StopIteration:
-            return
+            break
         except UDFError as e:
-            yield Failure(e)
-
-
-def blocks(elements):
-    """Groups an iterator's elements into lists of at most BLOCK_ELEMENTS / BLOCK_BYTES."""
-    block, size = [], 0
-    for element in elements:
-        block.append(element)
-        size += 64 if isinstance(element, Failure) else element_bytes(element)
-        if len(block) >= BLOCK_ELEMENTS or size >= BLOCK_BYTES:
-            yield block
-            block, size = [], 0
-    if block:
-        yield block
-
-
-CODECS = ("lz4", "zstd")
-
-
-def _codec(name: str):
-    try:
-        if name == "lz4":
-            import lz4.frame as lz4_frame
-
-            return lz4_frame.compress, lz4_frame.decompress
-        import zstandard
-
-        return zstandard.ZstdCompressor().compress, zstandard.ZstdDecompressor().decompress
-    except ImportError as e:
-        raise ImportError(f"compression={name!r} needs its codec: pip install "
-                          "'jdata[service]'") from e
-
-
-def pack(block: list, compression: str | None):
-    """What a worker sends: the block itself (Ray moves its arrays without copies on a
-    node), or its pickle compressed for links between nodes."""
-    if compression is None:
-        return block
-    return _codec(compression)[0](pickle.dumps(block, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def unpack(payload, compression: str | None) -> list:
-    if compression is None:
-        return payload
-    return pickle.loads(_codec(compression)[1](payload))
+            failures.append(len(elements))
+            elements.append(_blocks.Failure(e))
+    return elements, tuple(failures)
 
 
 class WorkerStats:
@@ -126,10 +74,10 @@ class WorkerStats:
         self.started = time.monotonic()
         self.elements = self.bytes = self.tasks = self.active = 0
 
-    def add(self, block: list) -> None:
+    def add(self, elements: int, nbytes: int) -> None:
         with self._lock:
-            self.elements += len(block)
-            self.bytes += sum(element_bytes(e) for e in block)
+            self.elements += elements
+            self.bytes += nbytes
 
     def task(self, delta: int) -> None:
         with self._lock:
@@ -152,6 +100,7 @@ class Worker:
         self._plans: dict[str, tuple] = {}
         self._lock = threading.Lock()
         self._stats = WorkerStats()
+        self._block_sizes: dict[str, int] = {}  # by plan fingerprint
 
     def info(self) -> dict:
         import ray
@@ -172,36 +121,76 @@ class Worker:
 
     def read_split(self, fingerprint: str, plan_ref: list, split: dict, epoch: int, skip: int,
                    compression: str | None = None):
-        """The blocks of one split of the job's plan (a streaming generator)."""
+        """The blocks of one split of the job's plan past ``skip`` outcomes (a streaming
+        generator)."""
         node, options = self._plan(fingerprint, plan_ref)
-        it = splits.read_split(node, options, splits.Split(**split), epoch, skip)
-        try:
-            yield from self._stream(outcomes(it), compression)
-        finally:
-            it.close()
+        split = splits.Split(**split)
+        yield from self._stream(
+            lambda at: splits.read_split(node, options, split, epoch, at), skip, compression,
+            fingerprint)
 
     def read_all(self, fingerprint: str, plan_ref: list, epoch: int, skip: int,
                  compression: str | None = None):
-        """The blocks of the whole plan (processing mode "off")."""
+        """The blocks of the whole plan past ``skip`` outcomes (processing mode "off")."""
         from jdata import _planner
         from jdata.runtime.context import Context
 
         node, options = self._plan(fingerprint, plan_ref)
-        it = _planner.make_iterator(node, Context(options=options), epoch)
-        try:
-            stream = outcomes(it)
-            for _ in range(skip):
-                if next(stream, None) is None:
-                    return
-            yield from self._stream(stream, compression)
-        finally:
-            it.close()
 
-    def _stream(self, elements, compression: str | None):
+        def open_at(at: int):
+            it = _planner.make_iterator(node, Context(options=options), epoch)
+            try:
+                while at > 0:
+                    passed = len(_exact(it, min(at, BLOCK_ELEMENTS))[0])
+                    if not passed:
+                        break
+                    at -= passed
+            except BaseException:
+                it.close()
+                raise
+            return it
+
+        yield from self._stream(open_at, skip, compression, fingerprint)
+
+    def _stream(self, open_at, skip: int, compression: str | None, fingerprint: str):
+        """Blocks of the iterator ``open_at(skip)``, read with ``next_many``.
+
+        ``next_many`` may lose the elements of its call before a failing one, so
+        on a ``UDFError`` the read opens again past the elements sent
+        (``open_at``) and goes on element by element: every outcome is sent
+        once, in order.
+        """
+        from jdata._errors import UDFError
+
         self._stats.task(1)
+        it = None
+        sent, exact = skip, False
+        size = self._block_sizes.get(fingerprint, FIRST_BLOCK)
         try:
-            for block in blocks(elements):
-                self._stats.add(block)
-                yield pack(block, compression)
+            it = open_at(skip)
+            while True:
+                began = time.perf_counter()
+                failures: tuple = ()
+                if exact:
+                    elements, failures = _exact(it, size)
+                else:
+                    try:
+                        elements = it.next_many(size)
+                    except UDFError:
+                        it.close()
+                        it, exact = open_at(sent), True
+                        continue
+                if not elements:
+                    return
+                sent += len(elements)
+                payload = _blocks.encode(elements, failures)
+                nbytes = _blocks.nbytes(payload, elements)
+                self._stats.add(len(elements), nbytes)
+                size = next_block_size(size, len(elements), nbytes,
+                                       time.perf_counter() - began)
+                self._block_sizes[fingerprint] = size
+                yield _blocks.pack(payload, failures, compression)
         finally:
+            if it is not None:
+                it.close()
             self._stats.task(-1)

@@ -7,7 +7,7 @@ import jdata
 from jdata import _tree
 from jdata.ops.range import RangeNode, _RangeReader
 from jdata.runtime import udf
-from jdata.runtime.iterator import Iterator, read_block, read_each
+from jdata.runtime.iterator import IndexIterator, Iterator, read_block, read_each
 from tests.helpers import assert_same_sequence, check_blocks_match_per_element
 
 
@@ -127,6 +127,34 @@ def test_default_next_many_pulls_with_next():
 
     it = Countdown()
     assert it.next_many(3) == [4, 3, 2] and it.next_many(3) == [1, 0] and it.next_many(3) == []
+
+
+def test_an_index_iterators_next_many_reads_a_block_and_loses_nothing_at_an_error():
+    it = IndexIterator(_Squares())  # index 4 raises KeyError
+    assert it.next_many(3) == [0, 1, 4]
+    assert it.next_many(10) == [9]  # up to the failing index
+    with pytest.raises(KeyError):
+        it.next_many(10)
+    assert it.index == 5 and it.next_many(10) == [25, 36] and it.next_many(10) == []
+
+
+def test_an_index_iterators_next_many_leaves_an_os_error_to_be_read_again():
+    class Flaky(_Squares):
+        down = True
+
+        def __getitem__(self, index):
+            if index == 2 and self.down:
+                raise OSError("gone for now")
+            return np.int64(index)
+
+    reader = Flaky()
+    it = IndexIterator(reader)
+    assert it.next_many(5) == [0, 1]
+    with pytest.raises(OSError):
+        it.next_many(5)
+    assert it.index == 2
+    reader.down = False
+    assert it.next_many(3) == [2, 3, 4]
 
 
 # name: (dataset, the errors its trace has as (type, op, position)).

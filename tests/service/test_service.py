@@ -146,6 +146,44 @@ def test_stats_show_the_service_stage(svc):
     assert "distribute" in str(it.stats())
 
 
+def test_the_autotuner_tunes_the_stages_around_the_service(svc):
+    # The service stage has no knob, yet the tuner's rounds must pass over it (the
+    # tuner thread once died on it, leaving the injected prefetch untuned).
+    with _above().distribute(svc).batch(4).iterator() as it:
+        for _ in range(20):
+            next(it)
+        tuner = it._ctx.autotuner()
+        tuner.optimize()
+        assert tuner._thread is not None and tuner._thread.is_alive()
+        assert not any(r["tuned_parallelism"] for r in it.stats().rows
+                       if r["stage"] == "distribute")
+
+
+def _seven_fails(x):
+    if x % 50 == 7:
+        raise ZeroDivisionError("seven")
+    return {"id": x, "text": b"x" * int(x % 5), "vec": np.full(3, x, np.float32)}
+
+
+def test_batches_above_the_service_are_the_local_ones_with_errors_skipped(svc):
+    # Blocks of dicts with text and arrays, sliced by batch's next_many, errors in them.
+    above = jdata.range(N).shuffle(KEY).map(_seven_fails)
+    local = _local(above.ignore_errors().batch(16))
+    got = [materialize(b) for b in above.distribute(svc).ignore_errors().batch(16)]
+    assert_same_sequence(got, local)
+    it = above.distribute(svc).batch(16).iterator()
+    errors = 0
+    while True:
+        try:
+            next(it)
+        except StopIteration:
+            break
+        except jdata.UDFError:
+            errors += 1
+    row = next(r for r in it.stats().rows if r["stage"] == "distribute")
+    assert errors == 6 and row["elements"] == N  # the failed ones too: outcomes
+
+
 def test_orbax_checkpoint_through_the_service(svc, tmp_path):
     import orbax.checkpoint as ocp
 
