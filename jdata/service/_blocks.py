@@ -7,8 +7,10 @@ moves a few buffers through the object store (without copies on a node)
 instead of pickling each element, and the client cuts the arrays back into
 the same elements: NumPy scalars stay scalars of their type, arrays become
 read-only views of the same dtype and shape, dicts keep their key order.
-Anything else (text leaves among arrays are kept as lists per leaf; other
-containers, mixed types, a failed element) travels as the list itself.
+Leaves that do not stack (text, arrays of ``STACK_BYTES`` or more, which
+Ray moves one by one without copies) are kept as lists inside the stacked
+block; anything else (other containers, mixed structures, a failed element)
+travels as the list itself.
 
 A user function's error travels as a ``Failure`` in its element's place,
 and the block names the positions of its failures, so the client finds them
@@ -23,6 +25,9 @@ import numpy as np
 
 # Dtype kinds whose NumPy scalar type fixes the dtype (np.datetime64 does not: its unit).
 _SCALAR_KINDS = frozenset("biufc")
+# Arrays this big travel as they are (Ray moves each without a copy): stacking would
+# copy them for a per-element overhead that no longer matters.
+STACK_BYTES = 64 << 10
 
 
 class Failure:
@@ -101,8 +106,9 @@ def _column(values: list):
             return Leaf("s", np.array(values, dtype=first.dtype))
     elif kind is np.ndarray:
         dtype, shape = first.dtype, first.shape
-        if dtype.kind != "O" and all(type(v) is np.ndarray and v.dtype == dtype
-                                     and v.shape == shape for v in values):
+        if first.nbytes < STACK_BYTES and dtype.kind != "O" and all(
+                type(v) is np.ndarray and v.dtype == dtype and v.shape == shape
+                for v in values):
             return Leaf("a", np.stack(values))
     elif kind in (bytes, str):
         return Leaf("l", values)
@@ -132,7 +138,7 @@ def _elements(tree, n: int) -> list:
 def encode(elements: list, failures: tuple = ()):
     """What a worker puts in the object store for a block: ``Columns`` when its elements
     stack exactly, else the list."""
-    if not failures and elements:
+    if not failures and len(elements) > 1:
         tree = _column(elements)
             # One list column is the list again: no gain in wrapping it.
         if tree is not None and not (type(tree) is Leaf and tree.kind == "l"):

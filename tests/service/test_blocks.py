@@ -108,6 +108,15 @@ def test_blocks_that_do_not_stack_travel_as_lists(name):
     assert type(_blocks.encode(BLOCKS[name])) is list
 
 
+def test_big_arrays_and_single_elements_are_not_copied_into_a_stack():
+    big = [np.zeros(_blocks.STACK_BYTES, np.uint8) for _ in range(3)]
+    one = big[:1]
+    assert type(_blocks.encode(big)) is list and _blocks.encode(one) is one
+    mixed = _blocks.encode([{"image": b, "label": np.int64(i)} for i, b in enumerate(big)])
+    assert type(mixed) is _blocks.Columns
+    assert all(e["image"] is b for e, b in zip(mixed.elements(), big))
+
+
 def test_stacked_arrays_arrive_read_only_views_of_one_buffer():
     elements = [np.full((64, 64), i, np.uint8) for i in range(8)]
     columns = _blocks.encode(elements)
