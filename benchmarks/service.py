@@ -198,9 +198,8 @@ def _put_get(ray, nbytes: int):
 def transfer(cluster: Cluster, rounds: int = 3, warmup_sec: float = 1.0,
              measure_sec: float = 2.0, nbytes: int = TRANSFER_BYTES) -> dict:
     """GB/s at the client: the service with one worker, and Ray alone."""
-    # Splits of SPLIT_ELEMENTS blocks (500 MB): sized by the client, one would hold the whole
-    # epoch, as splits are sized by compute time (a microsecond a block here), not bytes.
-    ray, svc = cluster.ray, cluster.service(1)
+    # Splits sized by the client: 64 MB each (six blocks), as cheap blocks are capped by bytes.
+    ray, svc = cluster.ray, cluster.service(1, True)
     ds = jdata.from_tensors(np.ones(nbytes, np.uint8)).repeat(_TRANSFER_BLOCKS).distribute(svc)
     producer = ray.remote(_Producer).options(num_cpus=WORKER_CPUS, max_concurrency=2).remote()
     systems = {"service": ds.iterator, "ray stream": lambda: _ray_stream(ray, producer, nbytes),

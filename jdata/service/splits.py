@@ -40,10 +40,14 @@ from jdata.ops.window import ValuesNode
 from jdata.runtime import iterator as _iterator
 from jdata.runtime.context import Context
 from jdata.service import _split_point
+from jdata.service._blocks import element_bytes
 
 # A split should take about this long to compute: long enough that leasing it
 # costs little, short enough that a lost worker's splits are redone quickly.
 _SPLIT_SEC = 0.2
+# ... and hold at most this many bytes of output (big elements): workers and clients
+# buffer a few splits each, and a lost worker's split is sent again.
+_SPLIT_BYTES = 64 << 20
 # The measurement of a plan's cost per position reads until a read takes half this.
 _PROBE_SEC = 0.05
 # More splits than this would make the dispatcher's tables the bottleneck.
@@ -118,10 +122,11 @@ def plan_splits(plan: Node, options, *, target_elements: int | None = None,
       plan: the part of the pipeline above ``distribute``, as it runs (optimized).
       options: the pipeline's merged ``Options``.
       target_elements: positions per range split. ``None`` measures the cost of
-        the first positions (about 50 ms) and aims at splits of about 0.2 s. At
-        most a million splits either way. Files splits ignore it: they hold one
-        file each (an ``interleave``'s, ``cycle_length`` files: one per slot),
-        as a sequential file can only be read from its start.
+        the first positions (about 50 ms) and aims at splits of about 0.2 s and
+        at most 64 MB. At most a million splits either way. Files splits ignore
+        it: they hold one file each (an ``interleave``'s, ``cycle_length``
+        files: one per slot), as a sequential file can only be read from its
+        start.
       epoch: the epoch to cut. Range splits are the same in every epoch (the
         positions do not move, the elements at them do); an ``interleave``'s file
         list is that epoch's.
@@ -270,19 +275,40 @@ def _discard(it, count: int | None = None) -> None:
 
 
 def _measured_size(plan: Node, point, options, epoch: int, total: int) -> int:
-    """Positions per split for splits of about ``_SPLIT_SEC``, from the time to read the
-    first positions: twice as many each time until a read takes ``_PROBE_SEC / 2``."""
-    count, seconds = 1, 0.0
+    """Positions per split for splits of about ``_SPLIT_SEC`` and at most ``_SPLIT_BYTES``,
+    from reading the first positions: twice as many each time until a read takes
+    ``_PROBE_SEC / 2``."""
+    count, seconds, nbytes = 1, 0.0, 0
     while total:
         count = min(count, total)
         began = time.perf_counter()
         with _open(plan, point, Split(0, "range", 0, count), epoch, options) as it:
-            _discard(it)
+            nbytes = _drain_bytes(it)
         seconds = time.perf_counter() - began
         if seconds >= _PROBE_SEC / 2 or count == total:
             break
         count *= 2
-    return max(1, int(_SPLIT_SEC * count / seconds)) if seconds > 0 else max(total, 1)
+    size = int(_SPLIT_SEC * count / seconds) if seconds > 0 else total
+    if nbytes:
+        size = min(size, _SPLIT_BYTES * count // nbytes)
+    return max(1, size)
+
+
+def _drain_bytes(it, sample: int = 64) -> int:
+    """Reads ``it`` to its end (errors are outcomes); the bytes of its elements, from the
+    first ``sample`` of them (the time it takes is the cost being measured)."""
+    sampled = seen = outcomes = 0
+    while True:
+        try:
+            element = next(it)
+        except StopIteration:
+            return sampled * outcomes // seen if seen else 0
+        except UDFError:
+            element = None
+        outcomes += 1
+        if element is not None and seen < sample:
+            sampled += element_bytes(element)
+            seen += 1
 
 
 def _is_int(value) -> bool:

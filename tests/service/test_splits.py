@@ -357,6 +357,18 @@ def test_the_chosen_size_gives_splits_of_about_a_fifth_of_a_second():
     assert splits.plan_splits(plan, ds.options, target_elements=cut.target_elements) == cut
 
 
+def test_splits_of_big_elements_hold_at_most_64_mb():
+    # Cheap to compute, so a split by time alone would hold the whole epoch: one worker
+    # would read it all, and a lost worker would cost all of it again.
+    ds = jdata.from_tensors(np.ones(10 << 20, np.uint8)).repeat(100)
+    plan = ds._optimize().plan
+    cut = splits.plan_splits(plan, ds.options)
+    assert cut.size == 6 and cut.num_splits == 17, cut
+    text = jdata.range(10_000).map(lambda x: b"x" * 1000)
+    cut = splits.plan_splits(text._optimize().plan, text.options)
+    assert cut.size > 1000  # 1 KB elements: bounded by time, not bytes
+
+
 def test_never_more_than_a_million_splits():
     ds = jdata.range(10_000_000)
     plan = ds._optimize().plan
