@@ -213,7 +213,7 @@ class _DistributeIterator(Tunable):
             self._num_splits = self._split_plan.num_splits
         self._plan_ref = [ray.put(cloudpickle.dumps((node, options)))]
         self._client_id = uuid.uuid4().hex
-        self._job_id = ray.get(self._dispatcher.register.remote(
+        self._job_id, client_timeout = ray.get(self._dispatcher.register.remote(
             self._node.job_name, self._fingerprint, self._epoch, self._num_splits, mode,
             self._client_id, ranges(self._done)))
         self._num_workers = len(self._call(self._dispatcher.workers))
@@ -227,20 +227,12 @@ class _DistributeIterator(Tunable):
         self._started = True
         self._last_call = time.monotonic()
         self._stop_heartbeat = threading.Event()
-        threading.Thread(target=self._heartbeat, daemon=True,
-                         name="jdata-distribute-heartbeat").start()
-
-    def _heartbeat(self) -> None:
-        # A training step may take longer than the dispatcher's client timeout.
-        dispatcher, job_id, client_id = self._dispatcher, self._job_id, self._client_id
-        while not self._stop_heartbeat.wait(_HEARTBEAT_SEC):
-            if not self._ray.is_initialized():
-                return  # the service stopped: a call would start (or join) another Ray
-            try:
-                dispatcher.heartbeat.remote(job_id, client_id)
-            except Exception:  # the dispatcher restarting: the next call retries
-                pass
-
+        # Not a method: the thread must not keep an abandoned iterator alive (its
+        # DatasetIterator's collection closes it, which releases the job).
+        threading.Thread(target=_heartbeat, daemon=True, name="jdata-distribute-heartbeat",
+                         args=(ray, self._dispatcher, self._job_id, self._client_id,
+                               self._stop_heartbeat,
+                               min(_HEARTBEAT_SEC, client_timeout / 4))).start()
     def _handle(self, worker_id: str):
         handle = self._handles.get(worker_id)
         if handle is None:
@@ -558,6 +550,19 @@ class _DistributeIterator(Tunable):
                 self._dispatcher.release.remote(self._job_id, self._client_id)
             except Exception:  # the cluster is gone: nothing to release
                 pass
+
+
+def _heartbeat(ray, dispatcher, job_id: str, client_id: str, stop: threading.Event,
+               period: float) -> None:
+    """Tells the dispatcher that the client lives: a training step (or an evaluation)
+    may take longer than its client timeout."""
+    while not stop.wait(period):
+        if not ray.is_initialized():
+            return  # the service stopped: a call would start (or join) another Ray
+        try:
+            dispatcher.heartbeat.remote(job_id, client_id)
+        except Exception:  # the dispatcher restarting: the next call retries
+            pass
 
 
 def _cause(error):

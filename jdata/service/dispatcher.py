@@ -146,8 +146,9 @@ class Dispatcher:
     # ------------------------------------------------------------ the clients' calls
 
     def register(self, name, fingerprint: str, epoch: int, num_splits: int, mode: str,
-                 client_id: str, done: list | None = None) -> str:
+                 client_id: str, done: list | None = None) -> tuple[str, float]:
         """The job of (name, fingerprint, epoch): a named job is shared by its clients.
+        Returns its id and the client timeout (the client's heartbeats come well within).
 
         ``done``: splits a restored iterator has yielded already (``[start, stop)``
         ranges); a new job starts with them done, granted and finished at once.
@@ -178,7 +179,7 @@ class Dispatcher:
                             st.SplitsDone(job_id=job_id, client_id=client_id,
                                           splits=tuple(restored))]
             self._commit(updates)
-        return job_id
+        return job_id, self._client_timeout
 
     def lease(self, job_id: str, client_id: str, count: int, max_outstanding: int,
               done: list) -> tuple[list, bool, int]:

@@ -1,8 +1,12 @@
 """jdata.service end to end on a real local Ray (127.0.0.1): one service per module."""
 
+import gc
 import json
 import os
+import pathlib
 import signal
+import subprocess
+import sys
 import time
 
 import jax
@@ -18,6 +22,7 @@ from tests.helpers import assert_same_sequence, materialize
 # Ray starts its processes with fork+exec while JAX's threads run: JAX warns, harmlessly.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 KEY, KEY2 = jax.random.key(1), jax.random.key(2)
 N = 300
 SPLIT = 23  # elements per split: many splits, uneven last one
@@ -229,6 +234,73 @@ def test_a_closed_iterator_releases_its_job(svc):
             break
         time.sleep(0.05)  # polling the dispatcher, which releases asynchronously
     assert not jobs or jobs[0].clients == 0
+
+
+def _wait_for(condition, timeout_sec: float, what: str):
+    """Polls the dispatcher (which acts on its own clock) until ``condition()`` is truthy."""
+    deadline = time.monotonic() + timeout_sec
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_sec} s: {what}")
+
+
+def _jobs(service, name):
+    return [j for j in service.status().jobs if j.name == name]
+
+
+def test_an_abandoned_iterator_releases_its_job(svc):
+    # No close(): the user broke out of the loop and dropped the iterator.
+    for _ in _above().distribute(svc, job_name="abandoned"):
+        break
+    gc.collect()
+    _wait_for(lambda: all(j.clients == 0 for j in _jobs(svc, "abandoned")), 30,
+              "the abandoned iterator's client released")
+
+
+_CLIENT = """
+import sys, jdata
+from jdata.service import connect
+svc = connect(sys.argv[1], namespace=sys.argv[2])
+it = jdata.range(10**6).distribute(svc, job_name="orphan").iterator()
+next(it)
+print("reading", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_killed_clients_job_is_collected_after_the_client_timeout(svc, tmp_path):
+    from jdata import service
+
+    ray = _ray.ray_module()
+    # A second service in this Ray (another namespace) with a short client timeout.
+    short = service.start(namespace="jdata-client-timeout", worker_cpus=0.25,
+                          client_timeout=2.0, work_dir=str(tmp_path / "journal"))
+    client = subprocess.Popen(
+        [sys.executable, "-c", _CLIENT, ray.get_runtime_context().gcs_address,
+         "jdata-client-timeout"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+        env=dict(os.environ, RAY_AUTH_MODE="token", PYTHONPATH=str(ROOT)))
+    try:
+        assert client.stdout.readline().strip() == "reading"  # ends with the process
+        job = _jobs(short, "orphan")[0]
+        assert job.clients == 1 and job.leased > 0
+        time.sleep(3.0)  # the client idles longer than the timeout: its heartbeats keep it
+        assert _jobs(short, "orphan")[0].clients == 1
+        os.kill(client.pid, signal.SIGKILL)
+        client.wait(timeout=30)
+        killed_at = time.monotonic()
+        _wait_for(lambda: not _jobs(short, "orphan"), 30, "the dead client's job removed")
+        assert time.monotonic() - killed_at >= 1.0  # not before its timeout
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait(timeout=30)
+        short.stop()
+    assert ray.is_initialized()  # the module's service still runs
+    assert _ints(_above().distribute(svc)) == _ints(_local(_above()))
 
 
 def test_bad_arguments(svc):
