@@ -69,7 +69,7 @@ class _Watcher(threading.Thread):
             for w in status.workers:
                 if w.worker_id not in self._old_workers and w.pid:
                     self.times.setdefault("replacement_up_s", now)
-                    if w.elements_per_sec > 0:
+                    if w.elements > 0:
                         self.times.setdefault("replacement_first_s", now)
             self._done.wait(_POLL_SEC)
 

@@ -96,7 +96,7 @@ class Watch:
                 elapsed = time.monotonic() - self._killed_at
                 self.replacement = worker
                 self.up_s = self.up_s or elapsed
-                if worker.elements_per_sec > 0:
+                if worker.elements > 0:
                     self.delivered_s = elapsed
                     return
             self._stop.wait(_POLL_SEC)

@@ -37,16 +37,28 @@ class ProcessInfo:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerStatus:
+    """A worker: ``tasks`` reads served, ``active`` running now, ``elements``/``bytes``
+    produced in all; the rates and ``busy`` (the share of a CPU spent producing blocks)
+    are over the last 10 s."""
+
     worker_id: str
     pid: int | None
     node_id: str | None
-    tasks: int
-    elements_per_sec: float
-    bytes_per_sec: float
+    tasks: int = 0
+    active: int = 0
+    elements: int = 0
+    bytes: int = 0
+    elements_per_sec: float = 0.0
+    bytes_per_sec: float = 0.0
+    busy: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class JobStatus:
+    """A job: its splits (done, leased, orphaned by lost workers) and clients; and from
+    the clients' reports, the elements they yielded, hold buffered (the queue's fill),
+    their rates over the last 10 s and the share of time they waited for workers."""
+
     job_id: str
     name: str | None
     epoch: int
@@ -56,6 +68,11 @@ class JobStatus:
     leased: int
     orphaned: int
     clients: int
+    elements: int = 0
+    buffered: int = 0
+    elements_per_sec: float = 0.0
+    bytes_per_sec: float = 0.0
+    wait_fraction: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +84,17 @@ class ServiceStatus:
     def __str__(self):
         lines = [f"dispatcher pid {self.dispatcher.pid} on node {self.dispatcher.node_id}",
                  f"{len(self.workers)} workers:"]
-        lines += [f"  {w.worker_id} pid {w.pid}: {w.tasks} reads, "
-                  f"{w.elements_per_sec:,.0f} elements/s, {w.bytes_per_sec / 1e6:,.1f} MB/s"
+        lines += [f"  {w.worker_id} pid {w.pid}: {w.active} reads running ({w.tasks} in "
+                  f"all), {w.elements_per_sec:,.0f} elements/s, "
+                  f"{w.bytes_per_sec / 1e6:,.1f} MB/s, {w.busy:.0%} busy"
                   for w in self.workers]
         lines.append(f"{len(self.jobs)} jobs:")
         lines += [f"  {j.job_id} ({j.name or 'unnamed'}, {j.mode}, epoch {j.epoch}): "
                   f"{j.done}/{j.num_splits} splits done, {j.leased} leased, "
-                  f"{j.clients} clients" for j in self.jobs]
+                  f"{j.orphaned} orphaned, {j.clients} clients; {j.elements:,} elements "
+                  f"yielded, {j.elements_per_sec:,.0f} elements/s, "
+                  f"{j.bytes_per_sec / 1e6:,.1f} MB/s, {j.buffered:,} buffered, "
+                  f"{j.wait_fraction:.0%} of the time waiting" for j in self.jobs]
         return "\n".join(lines)
 
 
@@ -90,9 +111,9 @@ class Service:
         """The dispatcher, each worker (pid, node, reads, rates) and each job."""
         ray = _ray.ray_module()
         raw = ray.get(self._dispatcher.status.remote())
-        workers = [WorkerStatus(w["worker_id"], w.get("pid"), w.get("node_id"),
-                                w.get("tasks", 0), w.get("elements_per_sec", 0.0),
-                                w.get("bytes_per_sec", 0.0)) for w in raw["workers"]]
+        names = {f.name for f in dataclasses.fields(WorkerStatus)}
+        workers = [WorkerStatus(**{k: v for k, v in w.items() if k in names})
+                   for w in raw["workers"]]
         return ServiceStatus(ProcessInfo(**raw["dispatcher"]), workers,
                              [JobStatus(**j) for j in raw["jobs"]])
 

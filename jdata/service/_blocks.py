@@ -201,17 +201,17 @@ def _codec(name: str):
                           "'jdata[service]'") from e
 
 
-def pack(payload, failures: tuple, compression: str | None):
-    """What a worker yields: ``(payload, failures)``, or its pickle compressed for links
-    between nodes."""
+def pack(payload, failures: tuple, nbytes: int, compression: str | None):
+    """What a worker yields: ``(payload, failures, nbytes)``, or its pickle compressed for
+    links between nodes."""
     if compression is None:
-        return payload, failures
-    return _codec(compression)[0](pickle.dumps((payload, failures),
+        return payload, failures, nbytes
+    return _codec(compression)[0](pickle.dumps((payload, failures, nbytes),
                                                protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def unpack(packed, compression: str | None) -> tuple[list, tuple]:
-    """``(elements, failure positions)`` of what ``pack`` made."""
-    payload, failures = packed if compression is None else \
+def unpack(packed, compression: str | None) -> tuple[list, tuple, int]:
+    """``(elements, failure positions, their bytes)`` of what ``pack`` made."""
+    payload, failures, nbytes = packed if compression is None else \
         pickle.loads(_codec(compression)[1](packed))
-    return decode(payload), failures
+    return decode(payload), failures, nbytes

@@ -38,7 +38,7 @@ MODES = ("off", "dynamic", "static")
 _OP = "distribute"
 # Reads kept running per worker: one being consumed, one producing ahead.
 _READS_PER_WORKER = 2
-_HEARTBEAT_SEC = 5.0
+_HEARTBEAT_SEC = 2.0
 # While no lease comes (workers being replaced), ask again this often, for at most this long.
 _LEASE_RETRY_SEC = 0.05
 _NO_WORKER_SEC = 120.0
@@ -172,6 +172,7 @@ class _DistributeIterator(Tunable):
         self._split_elements = node.service.split_elements
         self._num_splits: int | None = None
         self._waiting_since: float | None = None
+        self._counters = {"bytes": 0}  # received, for the dispatcher's job statistics
         # A stage of its own in it.stats(): elements/s, time waited, workers, job progress.
         self.stats = OpStats("workers", parallelism=0, buffer_size=_READS_PER_WORKER,
                              engine="service", engine_reason="not started")
@@ -231,8 +232,8 @@ class _DistributeIterator(Tunable):
         # DatasetIterator's collection closes it, which releases the job).
         threading.Thread(target=_heartbeat, daemon=True, name="jdata-distribute-heartbeat",
                          args=(ray, self._dispatcher, self._job_id, self._client_id,
-                               self._stop_heartbeat,
-                               min(_HEARTBEAT_SEC, client_timeout / 4))).start()
+                               self._stop_heartbeat, min(_HEARTBEAT_SEC, client_timeout / 4),
+                               self.stats, self._counters)).start()
     def _handle(self, worker_id: str):
         handle = self._handles.get(worker_id)
         if handle is None:
@@ -319,7 +320,8 @@ class _DistributeIterator(Tunable):
             return True
         try:
             ref = next(read.generator)
-            block, failures = _blocks.unpack(self._ray.get(ref), self._node.compression)
+            block, failures, nbytes = _blocks.unpack(self._ray.get(ref),
+                                                     self._node.compression)
         except StopIteration:
             del self._reads[read.split]
             self._finished.add(read.split)
@@ -335,6 +337,7 @@ class _DistributeIterator(Tunable):
                 buffer = self._buffers[read.split] = _Buffer()
             buffer.add(block, failures)
             self._received[read.split] = self._received.get(read.split, 0) + len(block)
+            self._counters["bytes"] += nbytes
             self.stats.buffered += len(block)
             if not failures:
                 self.stats.record_bytes(block[0])
@@ -474,8 +477,10 @@ class _DistributeIterator(Tunable):
                 continue
             if not stream[1]:
                 try:
-                    stream[1].add(*_blocks.unpack(self._ray.get(next(stream[0])),
-                                                  self._node.compression))
+                    block, failures, nbytes = _blocks.unpack(self._ray.get(next(stream[0])),
+                                                             self._node.compression)
+                    stream[1].add(block, failures)
+                    self._counters["bytes"] += nbytes
                 except StopIteration:
                     self._off_streams[slot] = None
                     continue
@@ -553,14 +558,16 @@ class _DistributeIterator(Tunable):
 
 
 def _heartbeat(ray, dispatcher, job_id: str, client_id: str, stop: threading.Event,
-               period: float) -> None:
-    """Tells the dispatcher that the client lives: a training step (or an evaluation)
-    may take longer than its client timeout."""
+               period: float, stats: OpStats, counters: dict) -> None:
+    """Tells the dispatcher that the client lives (a training step, or an evaluation, may
+    take longer than its client timeout), with its totals for the job's statistics."""
     while not stop.wait(period):
         if not ray.is_initialized():
             return  # the service stopped: a call would start (or join) another Ray
+        report = {"elements": stats.elements, "bytes": counters["bytes"],
+                  "wait_sec": stats.wait_sec, "buffered": stats.buffered}
         try:
-            dispatcher.heartbeat.remote(job_id, client_id)
+            dispatcher.heartbeat.remote(job_id, client_id, report)
         except Exception:  # the dispatcher restarting: the next call retries
             pass
 

@@ -16,6 +16,7 @@ after ``client_timeout`` and jobs without clients are removed.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -30,6 +31,39 @@ _PING_SEC = 0.5
 # A worker that answers no ping for this long is lost (Ray reports a dead actor
 # at once; this bounds a hung or unreachable one).
 _PING_TIMEOUT_SEC = 10.0
+# Rates in status() are over the samples of the last this many seconds.
+_RATE_WINDOW_SEC = 10.0
+
+
+class _Recent:
+    """Recent samples of cumulative counters per key (a worker, a client): rates over
+    the last ``_RATE_WINDOW_SEC``. Not journaled: statistics start again after a
+    restart."""
+
+    def __init__(self):
+        self._samples: dict = {}
+
+    def add(self, key, counters: dict) -> None:
+        now = time.monotonic()
+        samples = self._samples.setdefault(key, collections.deque())
+        samples.append((now, counters))
+        while len(samples) > 2 and now - samples[1][0] >= _RATE_WINDOW_SEC:
+            samples.popleft()
+
+    def latest(self, key) -> dict:
+        samples = self._samples.get(key)
+        return samples[-1][1] if samples else {}
+
+    def rate(self, key, name: str) -> float:
+        samples = self._samples.get(key)
+        if not samples or len(samples) < 2:
+            return 0.0
+        (t0, first), (t1, last) = samples[0], samples[-1]
+        return max(0.0, (last.get(name, 0) - first.get(name, 0)) / max(t1 - t0, 1e-9))
+
+    def keep(self, keys) -> None:
+        for key in set(self._samples) - set(keys):
+            del self._samples[key]
 
 
 class Dispatcher:
@@ -48,6 +82,7 @@ class Dispatcher:
         self._client_timeout = client_timeout
         self._lock = threading.RLock()
         self._handles: dict = {}
+        self._workers_recent, self._clients_recent = _Recent(), _Recent()
         self._stop = threading.Event()
         self._recover_workers()
         self._grace()
@@ -137,11 +172,17 @@ class Dispatcher:
             pings = {worker_id: h.info.remote() for worker_id, h in handles.items()}
             for worker_id, ref in pings.items():
                 try:
-                    ray.get(ref, timeout=_PING_TIMEOUT_SEC)
+                    info = ray.get(ref, timeout=_PING_TIMEOUT_SEC)
                 except Exception:  # RayActorError, GetTimeoutError, a lost node
                     self._lose(worker_id)
+                    continue
+                with self._lock:
+                    self._workers_recent.add(worker_id, info)
             self._fill()
-            self._commit(st.expire(self._state, time.time(), self._client_timeout))
+            with self._lock:
+                self._commit(st.expire(self._state, time.time(), self._client_timeout))
+                self._clients_recent.keep({(job_id, client_id) for job_id in self._state.jobs
+                                           for client_id in self._state.clients(job_id)})
 
     # ------------------------------------------------------------ the clients' calls
 
@@ -209,8 +250,20 @@ class Dispatcher:
             return ((list(granted.leases) if granted is not None else []), exhausted,
                     len(self._state.alive_workers()))
 
-    def heartbeat(self, job_id: str, client_id: str) -> None:
-        self._commit([st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time())])
+    def heartbeat(self, job_id: str, client_id: str, report: dict | None = None) -> None:
+        """A client lives; ``report``: its totals (elements, bytes, wait_sec, buffered).
+
+        Journaled only for a client the state does not know: a restarted
+        dispatcher counts every known client as seen at its start anyway.
+        """
+        seen = st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time())
+        with self._lock:
+            if job_id in self._state.jobs and client_id in self._state.clients(job_id):
+                self._state.apply(seen)
+            else:
+                self._commit([seen])
+            if report is not None:
+                self._clients_recent.add((job_id, client_id), report)
 
     def release(self, job_id: str, client_id: str) -> None:
         """A client closed its iterator: its unfinished leases go back."""
@@ -250,17 +303,38 @@ class Dispatcher:
 
         with self._lock:
             handles = dict(self._handles)
-            jobs = [self._state.job(job_id) for job_id in self._state.jobs]
         infos = []
         for worker_id, handle in handles.items():
             try:
-                infos.append(ray.get(handle.info.remote(), timeout=_PING_TIMEOUT_SEC))
+                info = ray.get(handle.info.remote(), timeout=_PING_TIMEOUT_SEC)
             except Exception:
                 infos.append({"worker_id": worker_id, "pid": None, "node_id": None})
+                continue
+            with self._lock:
+                self._workers_recent.add(worker_id, info)
+                recent = self._workers_recent
+                infos.append({**info, "elements_per_sec": recent.rate(worker_id, "elements"),
+                              "bytes_per_sec": recent.rate(worker_id, "bytes"),
+                              "busy": recent.rate(worker_id, "busy_sec")})
+        with self._lock:
+            self._workers_recent.keep(handles)
+            jobs = [self._job_status(job_id) for job_id in self._state.jobs]
         return {"dispatcher": {"pid": os.getpid(),
                                "node_id": ray.get_runtime_context().get_node_id()},
-                "workers": infos,
-                "jobs": [st.job_summary(job) for job in jobs]}
+                "workers": infos, "jobs": jobs}
+
+    def _job_status(self, job_id: str) -> dict:
+        """A job's summary, with its clients' recent rates (their heartbeats' reports)."""
+        recent = self._clients_recent
+        keys = [(job_id, client_id) for client_id in self._state.clients(job_id)]
+        latest = [recent.latest(key) for key in keys]
+        return {**st.job_summary(self._state.job(job_id)),
+                "elements": sum(r.get("elements", 0) for r in latest),
+                "buffered": sum(r.get("buffered", 0) for r in latest),
+                "elements_per_sec": sum(recent.rate(key, "elements") for key in keys),
+                "bytes_per_sec": sum(recent.rate(key, "bytes") for key in keys),
+                "wait_fraction": (sum(recent.rate(key, "wait_sec") for key in keys)
+                                  / len(keys)) if keys else 0.0}
 
     def stop(self) -> None:
         """Stops the monitor and every worker (the actor itself is killed by the caller)."""

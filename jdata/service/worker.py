@@ -73,11 +73,13 @@ class WorkerStats:
         self._lock = threading.Lock()
         self.started = time.monotonic()
         self.elements = self.bytes = self.tasks = self.active = 0
+        self.busy_sec = 0.0  # producing blocks (the dispatcher turns it into a load)
 
-    def add(self, elements: int, nbytes: int) -> None:
+    def add(self, elements: int, nbytes: int, seconds: float) -> None:
         with self._lock:
             self.elements += elements
             self.bytes += nbytes
+            self.busy_sec += seconds
 
     def task(self, delta: int) -> None:
         with self._lock:
@@ -85,11 +87,10 @@ class WorkerStats:
             self.tasks += max(delta, 0)
 
     def snapshot(self) -> dict:
+        """Totals since the worker started (the dispatcher derives recent rates)."""
         with self._lock:
-            seconds = max(time.monotonic() - self.started, 1e-9)
             return {"elements": self.elements, "bytes": self.bytes, "tasks": self.tasks,
-                    "active": self.active, "elements_per_sec": self.elements / seconds,
-                    "bytes_per_sec": self.bytes / seconds}
+                    "active": self.active, "busy_sec": self.busy_sec}
 
 
 class Worker:
@@ -185,11 +186,11 @@ class Worker:
                 sent += len(elements)
                 payload = _blocks.encode(elements, failures)
                 nbytes = _blocks.nbytes(payload, elements)
-                self._stats.add(len(elements), nbytes)
-                size = next_block_size(size, len(elements), nbytes,
-                                       time.perf_counter() - began)
+                seconds = time.perf_counter() - began
+                self._stats.add(len(elements), nbytes, seconds)
+                size = next_block_size(size, len(elements), nbytes, seconds)
                 self._block_sizes[fingerprint] = size
-                yield _blocks.pack(payload, failures, compression)
+                yield _blocks.pack(payload, failures, nbytes, compression)
         finally:
             if it is not None:
                 it.close()

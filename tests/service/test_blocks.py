@@ -43,8 +43,11 @@ def _same(a, b, where="element"):
 
 def _through_ray(elements, failures=()):
     """What the client gets: the packed block pickled (protocol 5, as Ray does), unpacked."""
-    packed = _blocks.pack(_blocks.encode(elements, failures), failures, None)
-    return _blocks.unpack(pickle.loads(pickle.dumps(packed, protocol=5)), None)
+    payload = _blocks.encode(elements, failures)
+    packed = _blocks.pack(payload, failures, _blocks.nbytes(payload, elements), None)
+    back, failures, nbytes = _blocks.unpack(pickle.loads(pickle.dumps(packed, protocol=5)), None)
+    assert nbytes == _blocks.nbytes(payload, elements)
+    return back, failures
 
 
 BLOCKS = {
@@ -139,10 +142,10 @@ def test_a_block_with_failures_names_their_places():
 def test_compressed_blocks_come_back_the_same(compression):
     for name in ("arrays", "text", "dict key order"):
         elements = BLOCKS[name]
-        packed = _blocks.pack(_blocks.encode(elements), (), compression)
+        packed = _blocks.pack(_blocks.encode(elements), (), 1234, compression)
         assert isinstance(packed, bytes)
-        back, failures = _blocks.unpack(packed, compression)
-        assert failures == ()
+        back, failures, nbytes = _blocks.unpack(packed, compression)
+        assert failures == () and nbytes == 1234
         for a, e in zip(back, elements):
             _same(a, e, name)
 
@@ -205,7 +208,7 @@ def _worker_with(ds):
 def _received(stream):
     out, sizes = [], []
     for packed in stream:
-        elements, failures = _blocks.unpack(packed, None)
+        elements, failures, _ = _blocks.unpack(packed, None)
         assert all(isinstance(elements[i], _blocks.Failure) for i in failures)
         assert sum(isinstance(e, _blocks.Failure) for e in elements) == len(failures)
         out += elements

@@ -189,6 +189,28 @@ def test_batches_above_the_service_are_the_local_ones_with_errors_skipped(svc):
     assert errors == 6 and row["elements"] == N  # the failed ones too: outcomes
 
 
+def test_status_shows_each_jobs_and_workers_recent_rates(svc):
+    above = jdata.range(10**6).map(_slow)
+    with above.distribute(svc, job_name="rates").iterator() as it:
+        deadline = time.monotonic() + 60
+        job, read = None, 0
+        while time.monotonic() < deadline:  # reading on until the clients' reports show
+            next(it)
+            read += 1
+            if read % 100 == 0:
+                status = svc.status()
+                job = next(j for j in status.jobs if j.name == "rates")
+                if job.elements_per_sec > 0 and job.bytes_per_sec > 0:
+                    break
+        assert job is not None and job.elements_per_sec > 0, job
+        assert job.elements > 0 and job.buffered >= 0 and 0 <= job.wait_fraction <= 1.5
+        assert job.clients == 1 and job.leased > 0
+        busy = [w for w in status.workers if w.elements_per_sec > 0]
+        assert busy and all(w.elements > 0 and w.bytes > 0 and w.busy > 0 for w in busy)
+        text = str(status)
+        assert "elements yielded" in text and "busy" in text and "waiting" in text
+
+
 def test_orbax_checkpoint_through_the_service(svc, tmp_path):
     import orbax.checkpoint as ocp
 
