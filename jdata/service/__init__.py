@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import warnings
 
 from jdata.service import _ray
 from jdata.service.client import ServiceRef
@@ -149,7 +150,8 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
           work_dir: str | None = None, namespace: str = "jdata", *, worker_cpus: float = 1.0,
           split_elements: int | None = None, client_timeout: float = CLIENT_TIMEOUT_SEC,
           **ray_init_kw) -> Service:
-    """Starts the service (or joins the dispatcher that runs in ``namespace``).
+    """Starts the service (or joins the dispatcher that runs in ``namespace``, as it is:
+    with a warning when its worker count differs from ``num_workers``).
 
     Args:
       address: ``None`` for an embedded local Ray on 127.0.0.1 with token
@@ -181,6 +183,21 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
     temp_dir = tempfile.mkdtemp(prefix="jdata-service-") if work_dir is None and \
         address is None else None
     work_dir = work_dir or temp_dir or tempfile.mkdtemp(prefix="jdata-service-")
+    try:
+        running = ray.get_actor(_DISPATCHER, namespace=namespace)
+    except ValueError:
+        running = None
+    if running is not None:
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        workers = len(ray.get(running.workers.remote()))
+        if workers != num_workers:
+            warnings.warn(
+                f"service.start: a dispatcher already runs in namespace {namespace!r} with "
+                f"{workers} workers: joined it as it is (num_workers={num_workers} and the "
+                "other settings are not applied); svc.scale(n) changes its worker count, or "
+                "start another service with namespace=...", stacklevel=2)
+        return Service(running, ServiceRef(address, namespace, split_elements), owned)
     head = _head_node(ray)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -325,6 +325,15 @@ def test_a_killed_clients_job_is_collected_after_the_client_timeout(svc, tmp_pat
     assert _ints(_above().distribute(svc)) == _ints(_local(_above()))
 
 
+def test_starting_a_running_service_joins_it_and_says_what_it_did_not_apply(svc):
+    from jdata import service
+
+    with pytest.warns(UserWarning, match="already runs .* 2 workers.*num_workers=5"):
+        again = service.start(num_workers=5, namespace=svc.ref.namespace)
+    assert len(again.status().workers) == 2
+    assert _ints(_above().distribute(again)) == _ints(_local(_above()))
+
+
 def test_bad_arguments(svc):
     with pytest.raises(TypeError, match="service="):
         jdata.range(3).distribute("svc")
