@@ -1,6 +1,7 @@
 """service: ``jdata.service`` on one machine, against issue 13's targets.
 
-Five parts, in one local Ray (127.0.0.1) with a service per worker count:
+Five parts, in one local Ray (127.0.0.1) with a service per worker count (the node
+removal in a cluster of its own):
 
 1. Scale-out: a sleep-bound UDF (``time.sleep(0.01)`` per element: no CPU) above
    ``distribute``, with 1, 2, 4 and 8 workers (``worker_cpus=0.1`` so that eight fit
@@ -14,8 +15,9 @@ Five parts, in one local Ray (127.0.0.1) with a service per worker count:
    the ratio of steady rates (target >= 0.5x) and the time to the first batch; and
    ``batch`` above ``distribute`` (blocks of batches travel), the way around it.
 4. Failures (``benchmarks.service_failure``): kill -9 of a worker, then of the
-   dispatcher, mid-epoch; every element exactly once and the local order (asserted),
-   the times to recover (target < 10 s).
+   dispatcher, mid-epoch, and the removal of a worker's node from a 3-node cluster
+   (``ray.cluster_utils``, 127.0.0.1); every element exactly once and the local order
+   (asserted), the times to recover (target < 10 s).
 5. The dispatcher's lease rate (``benchmarks.service_dispatch``), at a small scale.
 
 Steady rates are taken after a warm-up, in rounds that alternate between the
@@ -252,6 +254,8 @@ def report(scale: float = 1.0, rounds: int = 3, counts=WORKER_COUNTS, warmup_sec
         # Last: the kills leave this service with a replaced worker and a restarted dispatcher.
         part("failure", service_failure.report(cluster, cluster.service(2), scale),
              lambda figures: None)
+    # A cluster of its own, once the local Ray is down.
+    part("node_removal", service_failure.node_removal(scale), lambda figures: None)
     part("dispatch", service_dispatch.report(leases=max(1000, int(20_000 * scale)),
                                              num_splits=10**5), lambda figures: None)
     return result

@@ -1,4 +1,5 @@
-"""service_failure: kill -9 of a worker, then of the dispatcher, in the middle of an epoch.
+"""service_failure: kill -9 of a worker, then of the dispatcher, in the middle of an epoch;
+and the removal of a node of a 3-node cluster (``node_removal``).
 
 A paced pipeline, ``range(N).shuffle(key).random_map(noise)`` with a short sleep
 per element, runs through a service; after a tenth of the epoch the process is
@@ -10,6 +11,11 @@ delivered (often buffered already), the longest wait for one element after the
 kill (the stall the failure causes; the longest before it for comparison) and,
 for a worker, its replacement up (in ``status()`` with a pid) and its first
 element produced; for the dispatcher, its first answer again (a new pid).
+
+``node_removal`` starts its own cluster (``ray.cluster_utils.Cluster``, a
+head and two worker nodes of one CPU each, all on 127.0.0.1), removes the
+node of one of the two workers mid-epoch and reports the same figures (the
+replacement starts where there is room: on the head).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import collections
 import functools
 import os
 import signal
+import tempfile
 import threading
 import time
 
@@ -164,3 +171,65 @@ def report(cluster, svc, scale: float = 1.0) -> dict:
                                  for k, v in recovery.items())
               + f" ({'met' if max(waits) < TARGET_SEC else 'MISSED'}, target < 10 s)")
     return results
+
+
+def node_removal(scale: float = 1.0) -> dict:
+    """A 3-node cluster on 127.0.0.1, a service with a worker on each worker node, and the
+    node of one of them removed after a tenth of the epoch; printed and returned. Run it
+    in a process without Ray (the cluster is its own, shut down at the end)."""
+    from jdata import service
+    from jdata.service import _ray
+
+    ray = _ray.ray_module()  # before any other import of Ray: it then binds 127.0.0.1 only
+    from ray.cluster_utils import Cluster as RayCluster
+
+    if ray.is_initialized():
+        raise RuntimeError("node_removal starts its own cluster: run it without a Ray")
+    elements = max(200, int(ELEMENTS * scale))
+    kill_at = elements // 10
+    expected = [int(x) for x in pipeline(elements, 0.0)]
+    nodes = RayCluster(initialize_head=True, head_node_args={
+        "node_ip_address": _ray.LOCALHOST, "num_cpus": 1, "include_dashboard": False})
+    try:
+        added = [nodes.add_node(node_ip_address=_ray.LOCALHOST, num_cpus=1) for _ in range(2)]
+        with tempfile.TemporaryDirectory(prefix="jdata-bench-node-") as journal:
+            svc = service.start(address=nodes.address, num_workers=2, worker_cpus=0.6,
+                                work_dir=journal)
+            try:
+                with pipeline(elements, DELAY_SEC).distribute(svc).iterator() as it:
+                    got, times = [], []
+                    for _ in range(kill_at):
+                        got.append(int(next(it)))
+                        times.append(time.perf_counter())
+                    before = svc.status()
+                    victim = next(n for n in added
+                                  if n.node_id in {w.node_id for w in before.workers})
+                    nodes.remove_node(victim)
+                    removed = time.perf_counter()
+                    watcher = _Watcher(svc, before, removed)
+                    try:
+                        for x in it:
+                            got.append(int(x))
+                            times.append(time.perf_counter())
+                    finally:
+                        seen = watcher.finish(until="replacement_up_s")
+            finally:
+                svc.stop()
+    finally:
+        nodes.shutdown()
+    check_exactly_once(got, expected)
+    gaps = np.diff([removed] + times[kill_at:])
+    result = {"elements": len(got), "exactly_once": True, "same_order": True,
+              "next_element_s": float(gaps[0]), "stall_s": float(gaps.max()),
+              "replacement_up_s": seen.get("replacement_up_s"),
+              "replacement_first_s": seen.get("replacement_first_s")}
+    waits = [result["stall_s"]] + [v for k, v in result.items()
+                                   if k.startswith("replacement") and v is not None]
+    print(f"  removal of a worker's node (3 nodes on 127.0.0.1) after {kill_at:,} of "
+          f"{elements:,} elements: exactly once, local order; next element "
+          f"{result['next_element_s']:.3f} s, longest wait {result['stall_s']:.2f} s, "
+          + ", ".join(f"{k[:-2].replace('_', ' ')} "
+                      f"{'after the epoch' if v is None else f'{v:.2f} s'}"
+                      for k, v in result.items() if k.startswith("replacement"))
+          + f" ({'met' if max(waits) < TARGET_SEC else 'MISSED'}, target < 10 s)", flush=True)
+    return result

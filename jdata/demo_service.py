@@ -101,7 +101,12 @@ class Watch:
                     return
             self._stop.wait(_POLL_SEC)
 
-    def stop(self) -> None:
+    def stop(self, wait_up_sec: float = 0.0) -> None:
+        """Stops watching; first waits up to ``wait_up_sec`` for the replacement to be up
+        (a short run may end before it is)."""
+        deadline = time.monotonic() + wait_up_sec
+        while self.up_s is None and time.monotonic() < deadline and self._thread.is_alive():
+            self._stop.wait(_POLL_SEC)
         self._stop.set()
         self._thread.join()
 
@@ -170,6 +175,8 @@ def _run(svc, workdir: str, images: int, global_batch: int, epochs: int) -> dict
     try:
         report, loss = _train(svc, ds, total, total // epochs // 2, optimizer, replicated,
                               manager, global_batch, seen, watch)
+        for w in watch:  # the report names the replacement
+            w.stop(wait_up_sec=30.0)
     finally:
         for w in watch:  # before the service stops: it asks the service
             w.stop()

@@ -48,7 +48,10 @@ def test_the_service_demo_loses_a_worker_resumes_and_matches_the_local_run(capsy
     assert result["epochs"] == [{"examples": 640, "min": 1, "max": 1, "exact": True}] * 2
     assert result["workers"] == 2
     assert result["replacement_pid"] not in (None, result["killed_pid"])
-    assert 0 < result["replacement_up_s"] <= result["replacement_delivered_s"] < 60
+    assert 0 < result["replacement_up_s"] < 60
+    # A short run may end before the replacement gets a split: the survivor took them.
+    delivered = result["replacement_delivered_s"]
+    assert delivered is None or result["replacement_up_s"] <= delivered < 60
     assert "resumed run matches the uninterrupted one: True" in out
     assert f"(pid {result['killed_pid']}, " in out and "with SIGKILL at step 10" in out
     assert "exactly once: True" in out and "exactly once: False" not in out

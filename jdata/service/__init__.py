@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import time
 import warnings
 
 from jdata.service import _ray
@@ -28,6 +29,8 @@ from jdata.service.dispatcher import NAME as _DISPATCHER
 
 # A client silent for this long (no lease, no heartbeat) loses its leases.
 CLIENT_TIMEOUT_SEC = 60.0
+# start() and scale() wait this long for their workers to run, then warn.
+_WORKERS_WAIT_SEC = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,13 +41,16 @@ class ProcessInfo:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerStatus:
-    """A worker: ``tasks`` reads served, ``active`` running now, ``elements``/``bytes``
+    """A worker: ``state`` "running", "starting" (waiting for its process, maybe for a
+    node with room: it gets leases once up) or "unreachable" (it missed a ping: lost
+    soon); ``tasks`` reads served, ``active`` running now, ``elements``/``bytes``
     produced in all; the rates and ``busy`` (the share of a CPU spent producing blocks)
     are over the last 10 s."""
 
     worker_id: str
     pid: int | None
     node_id: str | None
+    state: str = "running"
     tasks: int = 0
     active: int = 0
     elements: int = 0
@@ -88,6 +94,7 @@ class ServiceStatus:
         lines += [f"  {w.worker_id} pid {w.pid}: {w.active} reads running ({w.tasks} in "
                   f"all), {w.elements_per_sec:,.0f} elements/s, "
                   f"{w.bytes_per_sec / 1e6:,.1f} MB/s, {w.busy:.0%} busy"
+                  if w.state == "running" else f"  {w.worker_id}: {w.state}"
                   for w in self.workers]
         lines.append(f"{len(self.jobs)} jobs:")
         lines += [f"  {j.job_id} ({j.name or 'unnamed'}, {j.mode}, epoch {j.epoch}): "
@@ -118,11 +125,16 @@ class Service:
         return ServiceStatus(ProcessInfo(**raw["dispatcher"]), workers,
                              [JobStatus(**j) for j in raw["jobs"]])
 
-    def scale(self, num_workers: int) -> None:
-        """Sets the number of workers (a removed worker's leases are read elsewhere)."""
+    def scale(self, num_workers: int, *, timeout: float = 60.0) -> None:
+        """Sets the number of workers (a removed worker's leases are read elsewhere).
+
+        Waits up to ``timeout`` seconds for new workers to run, then warns: the
+        others get leases once they start (when the cluster has room for them).
+        """
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"scale: num_workers={num_workers!r} must be an int >= 1")
         _ray.ray_module().get(self._dispatcher.scale.remote(num_workers))
+        _wait_for_workers(self._dispatcher, num_workers, "scale", timeout)
 
     def stop(self) -> None:
         """Stops the workers and the dispatcher (and the embedded Ray this process started)."""
@@ -209,8 +221,26 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
                           float(client_timeout))
-    ray.get(handle.workers.remote())  # up, its workers started
+    _wait_for_workers(handle, num_workers, "service.start", _WORKERS_WAIT_SEC)
     return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir)
+
+
+def _wait_for_workers(dispatcher, num_workers: int, what: str, timeout: float) -> None:
+    """Until ``num_workers`` workers run (joined); after ``timeout`` seconds a warning
+    (the cluster may be adding nodes for them: they join when up)."""
+    ray = _ray.ray_module()
+    deadline = time.monotonic() + timeout
+    while True:
+        running = len(ray.get(dispatcher.workers.remote()))
+        if running >= num_workers:
+            return
+        if time.monotonic() > deadline:
+            warnings.warn(f"{what}: {running} of {num_workers} workers run after "
+                          f"{timeout:g} s; the others wait for room in the "
+                          "cluster (each asks for worker_cpus CPUs) and join when they start; "
+                          "see svc.status()", stacklevel=3)
+            return
+        time.sleep(0.05)  # polling the dispatcher, which starts them
 
 
 def connect(address: str | None = None, namespace: str = "jdata", **ray_init_kw) -> Service:

@@ -8,9 +8,11 @@ so a restarted dispatcher replays the journal and carries on. Leases are
 granted in batches, one journal transaction per client request.
 
 A monitor thread pings the workers: a worker that does not answer (its
-actor died, or its node went away) is lost within ``_PING_SEC`` plus Ray's
-own detection, its unfinished leases go back to the pool, and a replacement
-keeps the worker count. Clients that stopped heartbeating lose their leases
+actor died, or its node went away) is lost within ``_PING_TIMEOUT_SEC``, its
+unfinished leases go back to the pool, and a replacement keeps the worker
+count. A new worker joins (gets leases) once it has answered a first ping:
+until then it is only starting, maybe waiting for a node with room, and a
+split leased to it would wait as long. Clients that stopped heartbeating lose their leases
 after ``client_timeout`` and jobs without clients are removed.
 """
 
@@ -29,8 +31,9 @@ NAME = "jdata-dispatcher"
 WORKER_PREFIX = "jdata-worker-"
 _PING_SEC = 0.5
 # A worker that answers no ping for this long is lost (Ray reports a dead actor
-# at once; this bounds a hung or unreachable one).
-_PING_TIMEOUT_SEC = 10.0
+# at once; this bounds a hung or unreachable one, as on a node that went away).
+# A busy worker answers within milliseconds: its actor has threads to spare.
+_PING_TIMEOUT_SEC = 4.0
 # Rates in status() are over the samples of the last this many seconds.
 _RATE_WINDOW_SEC = 10.0
 
@@ -81,7 +84,8 @@ class Dispatcher:
         self._worker_cpus = worker_cpus
         self._client_timeout = client_timeout
         self._lock = threading.RLock()
-        self._handles: dict = {}
+        self._handles: dict = {}  # joined workers
+        self._starting: dict = {}  # worker id -> (handle, its first ping)
         self._workers_recent, self._clients_recent = _Recent(), _Recent()
         self._stop = threading.Event()
         self._recover_workers()
@@ -117,6 +121,8 @@ class Dispatcher:
     # ------------------------------------------------------------ workers
 
     def _recover_workers(self) -> None:
+        """After a restart: the joined workers' handles; workers that were starting (not in
+        the journal) are stopped rather than left running (``_fill`` replaces them)."""
         import ray
 
         for worker_id in self._state.alive_workers():
@@ -124,6 +130,14 @@ class Dispatcher:
                 self._handles[worker_id] = ray.get_actor(worker_id, namespace=self._namespace)
             except ValueError:  # gone while the dispatcher was down
                 self._commit([st.WorkerLost(worker_id=worker_id)])
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name = entry["name"]
+            if (entry.get("namespace") == self._namespace and name.startswith(WORKER_PREFIX)
+                    and name not in self._handles):
+                try:
+                    ray.kill(ray.get_actor(name, namespace=self._namespace))
+                except Exception:  # gone meanwhile
+                    pass
 
     def _grace(self) -> None:
         """After a restart, clients count as seen now: the dispatcher's downtime is not
@@ -134,9 +148,9 @@ class Dispatcher:
 
     def _fill(self) -> None:
         with self._lock:
-            missing = self._target - len(self._state.alive_workers())
-        for _ in range(max(missing, 0)):
-            self._add_worker()
+            missing = self._target - len(self._state.alive_workers()) - len(self._starting)
+            for _ in range(max(missing, 0)):
+                self._add_worker()
 
     def _add_worker(self) -> None:
         import ray
@@ -146,8 +160,34 @@ class Dispatcher:
             name=worker_id, namespace=self._namespace, lifetime="detached",
             num_cpus=self._worker_cpus, max_concurrency=worker_module.MAX_READS,
             max_restarts=0)
-        self._handles[worker_id] = actor.remote(worker_id)
-        self._commit([st.WorkerJoined(worker_id=worker_id)])
+        handle = actor.remote(worker_id)
+        self._starting[worker_id] = (handle, handle.info.remote())
+
+    def _join_started(self) -> None:
+        """Starting workers that answered their first ping join; one whose start failed is
+        dropped (``_fill`` starts another)."""
+        import ray
+
+        with self._lock:
+            pings = {ref: worker_id for worker_id, (_, ref) in self._starting.items()}
+        if not pings:
+            return
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=0)
+        for ref in ready:
+            worker_id = pings[ref]
+            try:
+                info = ray.get(ref)
+            except Exception:  # its creation failed (or it died at once)
+                with self._lock:
+                    self._starting.pop(worker_id, None)
+                continue
+            with self._lock:
+                entry = self._starting.pop(worker_id, None)
+                if entry is None:  # scaled away meanwhile
+                    continue
+                self._handles[worker_id] = entry[0]
+                self._commit([st.WorkerJoined(worker_id=worker_id)])
+                self._workers_recent.add(worker_id, info)
 
     def _lose(self, worker_id: str) -> None:
         import ray
@@ -163,21 +203,33 @@ class Dispatcher:
             except Exception:  # already dead
                 pass
 
-    def _monitor(self) -> None:
+    def _ping(self, handles: dict) -> dict:
+        """``info()`` of each worker, all at once, within ``_PING_TIMEOUT_SEC``; None for
+        a worker that did not answer (died, hung, or its node went away)."""
         import ray
 
+        refs = {worker_id: h.info.remote() for worker_id, h in handles.items()}
+        if refs:
+            ray.wait(list(refs.values()), num_returns=len(refs), timeout=_PING_TIMEOUT_SEC)
+        infos = {}
+        for worker_id, ref in refs.items():
+            try:
+                infos[worker_id] = ray.get(ref, timeout=0)
+            except Exception:  # RayActorError, GetTimeoutError, a lost node
+                infos[worker_id] = None
+        return infos
+
+    def _monitor(self) -> None:
         while not self._stop.wait(_PING_SEC):
             with self._lock:
                 handles = dict(self._handles)
-            pings = {worker_id: h.info.remote() for worker_id, h in handles.items()}
-            for worker_id, ref in pings.items():
-                try:
-                    info = ray.get(ref, timeout=_PING_TIMEOUT_SEC)
-                except Exception:  # RayActorError, GetTimeoutError, a lost node
+            for worker_id, info in self._ping(handles).items():
+                if info is None:
                     self._lose(worker_id)
                     continue
                 with self._lock:
                     self._workers_recent.add(worker_id, info)
+            self._join_started()
             self._fill()
             with self._lock:
                 self._commit(st.expire(self._state, time.time(), self._client_timeout))
@@ -273,15 +325,11 @@ class Dispatcher:
 
     def report_lost(self, worker_id: str) -> None:
         """A client saw a read fail: check the worker now rather than at the next ping."""
-        import ray
-
         with self._lock:
             handle = self._handles.get(worker_id)
         if handle is None:
             return
-        try:
-            ray.get(handle.info.remote(), timeout=_PING_TIMEOUT_SEC)
-        except Exception:
+        if self._ping({worker_id: handle})[worker_id] is None:
             self._lose(worker_id)
             self._fill()
 
@@ -290,10 +338,22 @@ class Dispatcher:
             return list(self._state.alive_workers())
 
     def scale(self, num_workers: int) -> None:
-        """Adds workers, or removes the newest ones (their leases are re-issued)."""
+        """Adds workers, or removes starting ones first, then the newest (their leases are
+        re-issued)."""
+        import ray
+
         with self._lock:
             self._target = num_workers
-            extra = self._state.alive_workers()[num_workers:]
+            alive = self._state.alive_workers()
+            cancel = list(self._starting)[:max(0, len(alive) + len(self._starting)
+                                               - num_workers)]
+            handles = [self._starting.pop(worker_id)[0] for worker_id in cancel]
+            extra = alive[num_workers:]
+        for handle in handles:
+            try:
+                ray.kill(handle)
+            except Exception:  # already gone
+                pass
         for worker_id in extra:
             self._lose(worker_id)
         self._fill()
@@ -303,12 +363,12 @@ class Dispatcher:
 
         with self._lock:
             handles = dict(self._handles)
+            starting = list(self._starting)
         infos = []
-        for worker_id, handle in handles.items():
-            try:
-                info = ray.get(handle.info.remote(), timeout=_PING_TIMEOUT_SEC)
-            except Exception:
-                infos.append({"worker_id": worker_id, "pid": None, "node_id": None})
+        for worker_id, info in self._ping(handles).items():
+            if info is None:
+                infos.append({"worker_id": worker_id, "pid": None, "node_id": None,
+                              "state": "unreachable"})
                 continue
             with self._lock:
                 self._workers_recent.add(worker_id, info)
@@ -316,6 +376,8 @@ class Dispatcher:
                 infos.append({**info, "elements_per_sec": recent.rate(worker_id, "elements"),
                               "bytes_per_sec": recent.rate(worker_id, "bytes"),
                               "busy": recent.rate(worker_id, "busy_sec")})
+        infos += [{"worker_id": worker_id, "pid": None, "node_id": None, "state": "starting"}
+                  for worker_id in starting]
         with self._lock:
             self._workers_recent.keep(handles)
             jobs = [self._job_status(job_id) for job_id in self._state.jobs]
@@ -343,6 +405,8 @@ class Dispatcher:
         self._stop.set()
         with self._lock:
             handles, self._handles = dict(self._handles), {}
+            handles.update({w: h for w, (h, _) in self._starting.items()})
+            self._starting = {}
         for handle in handles.values():
             try:
                 ray.kill(handle)

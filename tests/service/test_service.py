@@ -383,6 +383,26 @@ def test_a_killed_dispatcher_restarts_from_its_journal(svc):
     assert len(svc.status().workers) == 2
 
 
+def test_workers_the_cluster_has_no_room_for_get_no_lease_while_they_wait(svc):
+    # The Ray has 2 CPUs and workers ask for 0.5: of 6, two cannot start.
+    with pytest.warns(UserWarning, match="4 of 6 workers run after 2 s"):
+        svc.scale(6, timeout=2.0)
+    try:
+        workers = svc.status().workers
+        assert sorted(w.state for w in workers) == ["running"] * 4 + ["starting"] * 2
+        assert "starting" in str(svc.status())
+        above = jdata.range(N).shuffle(KEY).map(_slow)
+        times, got = [], []
+        for x in above.distribute(svc):  # a split leased to a waiting worker would stall
+            got.append(int(x))
+            times.append(time.monotonic())
+        assert got == _ints(_local(above))
+        assert max(np.diff(times)) < 3.0
+    finally:
+        svc.scale(2)
+    assert [w.state for w in svc.status().workers] == ["running"] * 2
+
+
 def test_scale_changes_the_worker_count(svc):
     svc.scale(3)
     assert len(svc.status().workers) == 3
