@@ -771,8 +771,15 @@ class Dataset:
             (every worker runs the whole pipeline, as tf.data's OFF).
           job_name: clients that name the same job (and pipeline) share its
             splits; ``None``: a job of this iterator's own.
-          num_consumers, consumer_index, sharing: not built yet (coordinated
-            reads and sharing come later).
+          num_consumers, consumer_index: not built yet (coordinated reads).
+          sharing: jobs that name the same ``job_name`` and run the same
+            pipeline (an infinite one: ``repeat()`` it) read one stream per
+            worker, each at its own pace, through a sliding window of recent
+            elements on the worker (tf.data's ephemeral data sharing): the
+            pipeline is computed once for all of them. A job that falls behind
+            the window skips to its start; ``it.stats()`` and
+            ``svc.status()`` count what it skipped. Each worker runs the whole
+            pipeline with its own randomness (as ``processing_mode="off"``).
           compression: ``"lz4"`` or ``"zstd"`` compresses blocks between
             workers and this process (for links between nodes); ``None`` sends
             them as they are, without copies on one node.
@@ -792,11 +799,25 @@ class Dataset:
         if job_name is not None and (not isinstance(job_name, str) or not job_name):
             raise TypeError(f"distribute: job_name={job_name!r} must be a non-empty str")
         for name, value, default in (("num_consumers", num_consumers, None),
-                                     ("consumer_index", consumer_index, None),
-                                     ("sharing", sharing, False)):
+                                     ("consumer_index", consumer_index, None)):
             if value != default:
                 raise NotImplementedError(
                     f"distribute: {name}={value!r} is not built yet; leave it at {default!r}")
+        check.bool_arg(sharing, "sharing", "distribute")
+        if sharing:
+            if job_name is None:
+                raise ValueError("distribute(sharing=True): name the job (job_name=...): the "
+                                 "jobs that name it share one stream")
+            if processing_mode not in ("dynamic", "off"):
+                raise ValueError(f"distribute(sharing=True): processing_mode="
+                                 f"{processing_mode!r}: a shared job's workers each run the "
+                                 "whole pipeline (processing_mode='off', the default here)")
+            if self.cardinality() != INFINITE:
+                raise ValueError(
+                    "distribute(sharing=True) needs an infinite pipeline above it (add "
+                    ".repeat()), as tf.data's sharing: each job reads the shared stream at "
+                    "its own pace, so there is no end of an epoch to agree on")
+            processing_mode = "off"
         if deterministic is not None:
             check.bool_arg(deterministic, "deterministic", "distribute")
         if compression not in (None,) + _blocks.CODECS:
@@ -805,7 +826,7 @@ class Dataset:
         if processing_mode != "off":
             client.check_splittable(self._node, processing_mode)
         return Dataset(client.DistributeNode(self._node, service.ref, processing_mode,
-                                             job_name, deterministic, compression))
+                                             job_name, deterministic, compression, sharing))
 
     def to_global(self, sharding, prefetch: int = 2) -> Dataset:
         """Per-host batches as global ``jax.Array``s, ``prefetch`` of them on the devices ahead.

@@ -64,7 +64,13 @@ class WorkerStatus:
 class JobStatus:
     """A job: its splits (done, leased, orphaned by lost workers) and clients; and from
     the clients' reports, the elements they yielded, hold buffered (the queue's fill),
-    their rates over the last 10 s and the share of time they waited for workers."""
+    their rates over the last 10 s and the share of time they waited for workers.
+
+    A shared job (``distribute(sharing=True)``): ``shared_hit_rate``, the share of its
+    clients' reads served from the workers' windows without computing; ``skipped``,
+    the elements they lost by falling behind a window; ``window_bytes``, the windows'
+    size on the workers; ``computed``, the elements the workers computed for it.
+    """
 
     job_id: str
     name: str | None
@@ -80,6 +86,11 @@ class JobStatus:
     elements_per_sec: float = 0.0
     bytes_per_sec: float = 0.0
     wait_fraction: float = 0.0
+    shared: bool = False
+    shared_hit_rate: float = 0.0
+    skipped: int = 0
+    window_bytes: int = 0
+    computed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +113,10 @@ class ServiceStatus:
                   f"{j.orphaned} orphaned, {j.clients} clients; {j.elements:,} elements "
                   f"yielded, {j.elements_per_sec:,.0f} elements/s, "
                   f"{j.bytes_per_sec / 1e6:,.1f} MB/s, {j.buffered:,} buffered, "
-                  f"{j.wait_fraction:.0%} of the time waiting" for j in self.jobs]
+                  f"{j.wait_fraction:.0%} of the time waiting"
+                  + (f"; shared: {j.shared_hit_rate:.0%} of reads from the windows "
+                     f"({j.window_bytes / 1e6:,.1f} MB), {j.computed:,} elements computed, "
+                     f"{j.skipped:,} skipped" if j.shared else "") for j in self.jobs]
         return "\n".join(lines)
 
 
@@ -161,7 +175,7 @@ class Service:
 def start(address: str | None = None, num_workers: int = 1, max_workers: int | None = None,
           work_dir: str | None = None, namespace: str = "jdata", *, worker_cpus: float = 1.0,
           split_elements: int | None = None, client_timeout: float = CLIENT_TIMEOUT_SEC,
-          **ray_init_kw) -> Service:
+          window_bytes: int | None = None, **ray_init_kw) -> Service:
     """Starts the service (or joins the dispatcher that runs in ``namespace``, as it is:
     with a warning when its worker count differs from ``num_workers``).
 
@@ -177,13 +191,19 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
         nodes for).
       split_elements: elements per split; ``None`` sizes splits at a few
         hundred milliseconds of work each, measured.
-      client_timeout: seconds after which a silent client's leases are released.
+      client_timeout: seconds after which a silent client's leases are released (and
+        a shared job's window no client reads is dropped).
+      window_bytes: the sliding window of a shared job (``distribute(sharing=True)``)
+        on each worker; ``None``: 5% of the worker's node memory, at least 64 MB.
       **ray_init_kw: passed to ``ray.init``.
     """
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise ValueError(f"service.start: num_workers={num_workers!r} must be an int >= 1")
     if max_workers is not None and max_workers < num_workers:
         raise ValueError(f"service.start: max_workers={max_workers} < num_workers={num_workers}")
+    if window_bytes is not None and (isinstance(window_bytes, bool)
+                                     or not isinstance(window_bytes, int) or window_bytes < 1):
+        raise ValueError(f"service.start: window_bytes={window_bytes!r} must be an int >= 1")
     if not isinstance(worker_cpus, (int, float)) or worker_cpus < 0:
         raise ValueError(f"service.start: worker_cpus={worker_cpus!r} must be >= 0")
     ray = _ray.ray_module()
@@ -220,7 +240,7 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
         max_restarts=-1, max_task_retries=-1, max_concurrency=32, num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
-                          float(client_timeout))
+                          float(client_timeout), window_bytes)
     _wait_for_workers(handle, num_workers, "service.start", _WORKERS_WAIT_SEC)
     return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir)
 

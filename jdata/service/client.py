@@ -26,7 +26,7 @@ from typing import ClassVar
 import cloudpickle
 
 from jdata import _fingerprint, _planner
-from jdata._constants import UNKNOWN
+from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
 from jdata.runtime import states
 from jdata.runtime.iterator import Tunable
@@ -44,6 +44,8 @@ _LEASE_RETRY_SEC = 0.05
 _NO_WORKER_SEC = 120.0
 # A read waiting longer than this for its next block checks that its worker lives.
 _LIVENESS_CHECK_SEC = 2.0
+# Elements per read of a shared job's window (a block's worth at most).
+_SHARED_BLOCK = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +67,12 @@ class DistributeNode(Node):
     job_name: str | None = None
     deterministic: bool | None = None
     compression: str | None = None
+    sharing: bool = False
     op_name: ClassVar[str] = _OP
 
     def cardinality(self) -> int:
+        if self.sharing:
+            return INFINITE
         return UNKNOWN if self.processing_mode == "off" else self.input.cardinality()
 
     def compute_spec(self):
@@ -76,7 +81,7 @@ class DistributeNode(Node):
     def __str__(self):
         return (f"Distribute(processing_mode={self.processing_mode!r}, "
                 f"job_name={self.job_name!r}, deterministic={self.deterministic}, "
-                f"compression={self.compression!r})")
+                f"compression={self.compression!r}, sharing={self.sharing})")
 
 
 def check_splittable(node: Node, mode: str) -> None:
@@ -152,11 +157,28 @@ class _Buffer:
         return out
 
 
+class _SharedStream:
+    """A shared job's stream on one worker: requests in flight and elements received;
+    ``base`` is the worker's position of the next element to yield."""
+
+    __slots__ = ("handle", "pending", "buffer", "base", "resume", "seq")
+
+    def __init__(self, handle, resume: int | None):
+        self.handle, self.resume = handle, resume
+        self.seq = 0  # reads requested: the worker serves them in this order
+        self.pending: collections.deque = collections.deque()
+        self.buffer = _Buffer()
+        self.base = resume or 0
+
+
 class _DistributeIterator(Tunable):
     # A stage of it.stats() (elements/s, time waited, workers); no knob for the autotuner:
     # the service sizes itself (Tunable's set_parallelism and set_buffer_size do nothing).
     def __init__(self, node: DistributeNode, ctx, epoch: int):
-        self._node, self._ctx, self._epoch = node, ctx, epoch
+        # A shared job is one infinite stream, whichever iterator of the dataset reads it:
+        # every iterator that names the job joins it (the epoch is not part of its name).
+        self._node, self._ctx = node, ctx
+        self._epoch = 0 if node.sharing else epoch
         self._deterministic = node.deterministic if node.deterministic is not None else \
             ctx.options.deterministic
         self._started = False
@@ -172,7 +194,12 @@ class _DistributeIterator(Tunable):
         self._split_elements = node.service.split_elements
         self._num_splits: int | None = None
         self._waiting_since: float | None = None
-        self._counters = {"bytes": 0}  # received, for the dispatcher's job statistics
+        # Received, for the dispatcher's job statistics; shared jobs' reads, hits, skips.
+        self._counters = {"bytes": 0, "reads": 0, "hits": 0, "skipped": 0}
+        self._shared: dict[str, _SharedStream] = {}  # by worker id
+        self._shared_positions: dict[str, int] = {}  # a restored state's
+        self._shared_ended: set[str] = set()
+        self._turn = 0
         # A stage of its own in it.stats(): elements/s, time waited, workers, job progress.
         self.stats = OpStats("workers", parallelism=0, buffer_size=_READS_PER_WORKER,
                              engine="service", engine_reason="not started")
@@ -360,6 +387,8 @@ class _DistributeIterator(Tunable):
             return []
         if not self._started:
             self._start()
+        if self._node.sharing:
+            return self._next_shared(n)
         if self._node.processing_mode == "off":
             return self._next_off(n)
         split = self._ready_in_order() if self._deterministic else self._ready_any()
@@ -457,6 +486,101 @@ class _DistributeIterator(Tunable):
                        self._to_report)
             self._to_report = []
 
+    # ------------------------------------------------------------ shared jobs
+
+    def _next_shared(self, n: int) -> list:
+        """A shared job (``sharing=True``): each worker's window in turn, a block's worth
+        (up to ``n``) from each; a worker lost is left out, new ones are read too."""
+        while True:
+            if not self._shared or self._turn % 64 == 0:
+                alive = self._refresh_shared()
+                if not self._shared and alive and set(alive) <= self._shared_ended:
+                    return []  # every worker's stream ended (a pipeline that was not infinite)
+            if not self._shared:
+                self._wait_for_workers()
+                continue
+            self._waiting_since = None
+            worker_id = list(self._shared)[self._turn % len(self._shared)]
+            self._turn += 1
+            stream = self._shared[worker_id]
+            if not stream.buffer and not self._pull_shared(worker_id, stream):
+                continue
+            out = stream.buffer.take(n)
+            stream.base += len(out)
+            self.stats.elements += len(out)
+            self.stats.buffered -= len(out)
+            if type(out[0]) is _blocks.Failure:
+                raise out[0].error
+            return out
+
+    def _refresh_shared(self) -> list:
+        """Streams for the workers that run now (kept for those that still do); returns
+        those workers."""
+        alive = self._call(self._dispatcher.workers)
+        self._num_workers = self.stats.parallelism = len(alive)
+        for worker_id in list(self._shared):
+            if worker_id not in alive:
+                self._drop_shared(worker_id)
+        for worker_id in alive:
+            if worker_id not in self._shared and worker_id not in self._shared_ended:
+                try:
+                    handle = self._handle(worker_id)
+                except ValueError:  # gone already: the dispatcher will notice
+                    continue
+                self._shared[worker_id] = _SharedStream(
+                    handle, self._shared_positions.pop(worker_id, None))
+        return alive
+
+    def _drop_shared(self, worker_id: str) -> None:
+        stream = self._shared.pop(worker_id)
+        self.stats.buffered -= len(stream.buffer)
+        self._handles.pop(worker_id, None)
+
+    def _request_shared(self, stream: "_SharedStream") -> None:
+        # The first request says where a restored iterator stood; then the worker's cursor.
+        stream.pending.append(stream.handle.read_shared.remote(
+            self._job_id, self._fingerprint, self._plan_ref, self._epoch, self._client_id,
+            _SHARED_BLOCK, stream.resume, self._node.compression, stream.seq))
+        stream.resume = None
+        stream.seq += 1
+
+    def _pull_shared(self, worker_id: str, stream: "_SharedStream") -> bool:
+        """Receives the stream's next block (two requests kept in flight); False if the
+        worker was lost or its stream ended."""
+        while len(stream.pending) < _READS_PER_WORKER:
+            self._request_shared(stream)
+        started = time.perf_counter()
+        ref = stream.pending.popleft()
+        try:
+            while not self._ray.wait([ref], timeout=_LIVENESS_CHECK_SEC)[0]:
+                if worker_id not in self._call(self._dispatcher.workers):
+                    raise self._ray.exceptions.ActorDiedError()
+            packed, skipped, hit, after = self._ray.get(ref)
+            block, failures, nbytes = _blocks.unpack(packed, self._node.compression)
+        except self._ray.exceptions.RayError as e:
+            if _error_kind(self._ray, e) == "udf":
+                raise _cause(e) from None
+            self._drop_shared(worker_id)
+            return False
+        self.stats.wait_sec += time.perf_counter() - started
+        counters = self._counters
+        counters["bytes"] += nbytes
+        counters["reads"] += 1
+        counters["hits"] += hit
+        counters["skipped"] += skipped
+        if not block:  # a finite pipeline ended on this worker
+            self._drop_shared(worker_id)
+            self._shared_ended.add(worker_id)
+            return False
+        stream.base = after - len(block) - len(stream.buffer)
+        stream.buffer.add(block, failures)
+        self.stats.buffered += len(block)
+        self.stats.engine_reason = (
+            f"jdata.service shared job {self._job_id}: {counters['hits']} of "
+            f"{counters['reads']} reads from the windows, {counters['skipped']} elements "
+            "skipped (fell behind)")
+        return True
+
     def _next_off(self, n: int) -> list:
         # Every worker runs the whole pipeline (tf.data's OFF): their streams in turn, a
         # block's worth (up to n) from each.
@@ -499,6 +623,10 @@ class _DistributeIterator(Tunable):
     # ------------------------------------------------------------ state
 
     def snapshot(self):
+        if self._node.sharing:  # where each worker's stream stands, for this consumer
+            positions = dict(self._shared_positions)
+            positions.update({w: s.base for w, s in self._shared.items()})
+            return {"shared": positions}
         if self._node.processing_mode == "off":
             return {"counts": list(getattr(self, "_off_counts", []))}
         return {"split_elements": self._split_elements, "num_splits": self._num_splits,
@@ -508,6 +636,14 @@ class _DistributeIterator(Tunable):
     def set_state(self, state):
         if self._started:
             raise ValueError(f"{_OP}: restore into a new iterator (ds.iterator(state))")
+        if self._node.sharing:
+            positions = states.Fields(state, _OP, ("shared",)).state["shared"]
+            if not isinstance(positions, dict) or len(positions) > 100_000 or \
+                    not all(isinstance(k, str) for k in positions):
+                raise states.invalid(_OP, "shared", "is not a map of worker ids to positions")
+            self._shared_positions = {k: states.check_int(v, _OP, "shared")
+                                      for k, v in positions.items()}
+            return
         if self._node.processing_mode == "off":
             fields = states.Fields(state, _OP, ("counts",))
             self._off_counts = fields.ints("counts")
@@ -545,6 +681,11 @@ class _DistributeIterator(Tunable):
             self._stop_heartbeat.set()
             if not self._ray.is_initialized():
                 return
+            for worker_id, stream in self._shared.items():  # our cursors go
+                try:
+                    stream.handle.leave_shared.remote(self._job_id, self._client_id)
+                except Exception:  # the worker is gone
+                    pass
             for read in self._reads.values():  # workers stop producing for us
                 try:
                     self._ray.cancel(read.generator)
@@ -564,8 +705,8 @@ def _heartbeat(ray, dispatcher, job_id: str, client_id: str, stop: threading.Eve
     while not stop.wait(period):
         if not ray.is_initialized():
             return  # the service stopped: a call would start (or join) another Ray
-        report = {"elements": stats.elements, "bytes": counters["bytes"],
-                  "wait_sec": stats.wait_sec, "buffered": stats.buffered}
+        report = {"elements": stats.elements, "wait_sec": stats.wait_sec,
+                  "buffered": stats.buffered, **counters}
         try:
             dispatcher.heartbeat.remote(job_id, client_id, report)
         except Exception:  # the dispatcher restarting: the next call retries

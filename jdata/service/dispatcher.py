@@ -73,7 +73,7 @@ class Dispatcher:
     """The actor class (wrapped with ``ray.remote`` by ``jdata.service``)."""
 
     def __init__(self, work_dir: str, namespace: str, num_workers: int, worker_cpus: float,
-                 client_timeout: float):
+                 client_timeout: float, window_bytes: int | None = None):
         os.makedirs(work_dir, exist_ok=True)
         path = os.path.join(work_dir, "journal.sqlite")
         self._state = journal_module.restore(path) if os.path.exists(path) else \
@@ -83,6 +83,7 @@ class Dispatcher:
         self._target = num_workers
         self._worker_cpus = worker_cpus
         self._client_timeout = client_timeout
+        self._window_bytes = window_bytes
         self._lock = threading.RLock()
         self._handles: dict = {}  # joined workers
         self._starting: dict = {}  # worker id -> (handle, its first ping)
@@ -160,7 +161,8 @@ class Dispatcher:
             name=worker_id, namespace=self._namespace, lifetime="detached",
             num_cpus=self._worker_cpus, max_concurrency=worker_module.MAX_READS,
             max_restarts=0)
-        handle = actor.remote(worker_id)
+        # A shared job's window lives as long as a client could still come back to it.
+        handle = actor.remote(worker_id, self._window_bytes, self._client_timeout)
         self._starting[worker_id] = (handle, handle.info.remote())
 
     def _join_started(self) -> None:
@@ -305,15 +307,15 @@ class Dispatcher:
     def heartbeat(self, job_id: str, client_id: str, report: dict | None = None) -> None:
         """A client lives; ``report``: its totals (elements, bytes, wait_sec, buffered).
 
-        Journaled only for a client the state does not know: a restarted
-        dispatcher counts every known client as seen at its start anyway.
+        Not journaled: a restarted dispatcher counts every client it knows as seen at
+        its start. A client it does not know (it left, or timed out and lost its
+        leases) stays gone: its next lease call says so.
         """
-        seen = st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time())
         with self._lock:
-            if job_id in self._state.jobs and client_id in self._state.clients(job_id):
-                self._state.apply(seen)
-            else:
-                self._commit([seen])
+            if job_id not in self._state.jobs or client_id not in self._state.clients(job_id):
+                return
+            self._state.apply(st.ClientSeen(job_id=job_id, client_id=client_id,
+                                            time=time.time()))
             if report is not None:
                 self._clients_recent.add((job_id, client_id), report)
 
@@ -386,17 +388,28 @@ class Dispatcher:
                 "workers": infos, "jobs": jobs}
 
     def _job_status(self, job_id: str) -> dict:
-        """A job's summary, with its clients' recent rates (their heartbeats' reports)."""
+        """A job's summary, with its clients' recent rates (their heartbeats' reports) and,
+        for a shared job, its windows on the workers."""
         recent = self._clients_recent
         keys = [(job_id, client_id) for client_id in self._state.clients(job_id)]
         latest = [recent.latest(key) for key in keys]
+        reads = sum(r.get("reads", 0) for r in latest)
+        windows = [info.get("windows", {}).get(job_id)
+                   for info in map(self._workers_recent.latest, self._handles)]
+        windows = [w for w in windows if w]
         return {**st.job_summary(self._state.job(job_id)),
                 "elements": sum(r.get("elements", 0) for r in latest),
                 "buffered": sum(r.get("buffered", 0) for r in latest),
                 "elements_per_sec": sum(recent.rate(key, "elements") for key in keys),
                 "bytes_per_sec": sum(recent.rate(key, "bytes") for key in keys),
                 "wait_fraction": (sum(recent.rate(key, "wait_sec") for key in keys)
-                                  / len(keys)) if keys else 0.0}
+                                  / len(keys)) if keys else 0.0,
+                "shared": bool(windows) or reads > 0,
+                "shared_hit_rate": sum(r.get("hits", 0) for r in latest) / reads if reads
+                else 0.0,
+                "skipped": sum(r.get("skipped", 0) for r in latest),
+                "window_bytes": sum(w["window_bytes"] for w in windows),
+                "computed": sum(w["produced"] for w in windows)}
 
     def stop(self) -> None:
         """Stops the monitor and every worker (the actor itself is killed by the caller)."""

@@ -17,13 +17,15 @@ object store and the worker keeps the decoded plan by fingerprint.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
+import zlib
 
 import cloudpickle
 
-from jdata.service import _blocks, splits
+from jdata.service import _blocks, _window, splits
 
 # A job's first block has FIRST_BLOCK elements (the client starts early, and an element's
 # size is not known yet); blocks then double while one takes less than BLOCK_SEC to
@@ -33,16 +35,30 @@ FIRST_BLOCK = 1
 BLOCK_ELEMENTS = 1 << 16
 BLOCK_BYTES = 4 << 20
 BLOCK_SEC = 0.02
+# A shared job's blocks are read by every consumer, one call each: longer blocks (its
+# consumers keep reads in flight, so only the first elements come later).
+SHARED_BLOCK_SEC = 0.1
 # Reads one worker runs at once (its actor's thread pool).
 MAX_READS = 16
+_SHARED_SALT = 0x5A4ED
 
 
-def next_block_size(size: int, produced: int, nbytes: int, seconds: float) -> int:
+def default_window_bytes() -> int:
+    """A shared job's window on a worker: 5% of its node's memory, at least 64 MB."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        memory = 8 << 30
+    return max(64 << 20, memory // 20)
+
+
+def next_block_size(size: int, produced: int, nbytes: int, seconds: float,
+                    block_sec: float = BLOCK_SEC) -> int:
     """Elements to ask for next, after a block of ``produced`` elements (of the ``size``
     asked) that took ``seconds`` and weighs ``nbytes``."""
-    if produced >= size and seconds < BLOCK_SEC:
+    if produced >= size and seconds < block_sec:
         size *= 2
-    elif seconds > 4 * BLOCK_SEC:  # the elements got costlier: the client waits less
+    elif seconds > 4 * block_sec:  # the elements got costlier: the client waits less
         size //= 2
     if nbytes and produced:
         size = min(size, max(1, BLOCK_BYTES * produced // nbytes))
@@ -96,18 +112,85 @@ class WorkerStats:
 class Worker:
     """The actor class (wrapped with ``ray.remote`` by ``jdata.service``)."""
 
-    def __init__(self, worker_id: str):
+    def __init__(self, worker_id: str, window_bytes: int | None = None,
+                 idle_sec: float = 60.0):
         self.worker_id = worker_id
         self._plans: dict[str, tuple] = {}
         self._lock = threading.Lock()
         self._stats = WorkerStats()
         self._block_sizes: dict[str, int] = {}  # by plan fingerprint
+        self._window_bytes = window_bytes or default_window_bytes()
+        self._idle_sec = idle_sec
+        self._windows: dict[str, tuple] = {}  # shared job id -> (window, its iterator)
 
     def info(self) -> dict:
+        """Totals, and each shared window's (idle ones are dropped here: it is pinged)."""
         import ray
 
+        self._drop_idle_windows()
+        with self._lock:
+            windows = {job_id: w.snapshot() for job_id, (w, _) in self._windows.items()}
         return {"worker_id": self.worker_id, "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id(), **self._stats.snapshot()}
+                "node_id": ray.get_runtime_context().get_node_id(), **self._stats.snapshot(),
+                "windows": windows}
+
+    # ------------------------------------------------------------ shared jobs
+
+    def read_shared(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int,
+                    consumer: str, max_elements: int, position: int | None = None,
+                    compression: str | None = None, seq: int = 0) -> tuple:
+        """A consumer's next block of a shared job's stream (``distribute(sharing=True)``):
+        ``(packed block, skipped, hit, position after)``; see ``_window.SharedWindow``."""
+        window = self._window(job_id, fingerprint, plan_ref, epoch)
+        elements, failures, nbytes, skipped, hit, after = window.read(consumer, max_elements,
+                                                                      position, seq)
+        payload = _blocks.encode(elements, failures)
+        return _blocks.pack(payload, failures, nbytes, compression), skipped, hit, after
+
+    def leave_shared(self, job_id: str, consumer: str) -> None:
+        """A consumer closed its iterator: its cursor goes (the window stays for others)."""
+        with self._lock:
+            entry = self._windows.get(job_id)
+        if entry is not None:
+            entry[0].forget(consumer)
+
+    def _window(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int):
+        with self._lock:
+            entry = self._windows.get(job_id)
+        if entry is not None:
+            return entry[0]
+        from jdata import _planner, _random
+        from jdata.runtime.context import Context
+
+        node, options = self._plan(fingerprint, plan_ref)
+        # Each worker its own random stream (its own shuffle order and keys), as each
+        # worker of tf.data's OFF mode: the consumers read them in turn.
+        epoch = _random.mix_epoch(epoch, _SHARED_SALT, zlib.crc32(self.worker_id.encode()))
+        it = _planner.make_iterator(node, Context(options=options), epoch)
+
+        def produce(n: int):
+            began = time.perf_counter()
+            block = _window.block_of(it, n, _exact)
+            self._stats.add(len(block[0]), block[2], time.perf_counter() - began)
+            return block
+
+        window = _window.SharedWindow(produce, self._window_bytes, FIRST_BLOCK,
+                                      functools.partial(next_block_size,
+                                                        block_sec=SHARED_BLOCK_SEC))
+        with self._lock:
+            entry = self._windows.setdefault(job_id, (window, it))
+        if entry[0] is not window:  # another read made it first
+            it.close()
+        return entry[0]
+
+    def _drop_idle_windows(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            idle = [job_id for job_id, (w, _) in self._windows.items()
+                    if now - w.last_read > self._idle_sec]
+            dropped = [self._windows.pop(job_id) for job_id in idle]
+        for _, it in dropped:
+            it.close()
 
     def _plan(self, fingerprint: str, plan_ref: list) -> tuple:
         with self._lock:

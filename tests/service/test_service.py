@@ -1,5 +1,6 @@
 """jdata.service end to end on a real local Ray (127.0.0.1): one service per module."""
 
+import functools
 import gc
 import json
 import os
@@ -334,13 +335,74 @@ def test_starting_a_running_service_joins_it_and_says_what_it_did_not_apply(svc)
     assert _ints(_above().distribute(again)) == _ints(_local(_above()))
 
 
+def _scaled(x, scale):
+    time.sleep(0.001)  # blocks stay small (they grow while cheap): computing ahead is small
+    return x * scale
+
+
+def _shared(svc, name="sweep", scale=1000):
+    above = jdata.range(N).shuffle(KEY).map(functools.partial(_scaled, scale=scale)).repeat()
+    return above.distribute(svc, job_name=name, sharing=True)
+
+
+def test_shared_jobs_read_one_stream_computed_once(svc):
+    a, b = _shared(svc).iterator(), _shared(svc).iterator()  # two trainers of a sweep
+    try:
+        got_a, got_b = [], []
+        for _ in range(600):  # in step, as two trainers at the same pace
+            got_a.append(int(next(a)))
+            got_b.append(int(next(b)))
+        assert got_a == got_b and set(got_a) <= set(range(0, N * 1000, 1000))
+        job = _wait_for(lambda: next((j for j in svc.status().jobs if j.name == "sweep"
+                                      and j.shared and j.computed), None), 30,
+                        "the shared job in the status")
+        assert job.computed < 1.5 * 600  # computed once for both (and a few blocks ahead)
+        assert job.window_bytes > 0
+        reason = next(r for r in a.stats().rows if r["stage"] == "distribute")["engine_reason"]
+        assert "reads from the windows" in reason
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_shared_job_restores_where_its_state_was(svc):
+    it = _shared(svc, "restore").iterator()
+    head = [int(next(it)) for _ in range(50)]
+    state = json.loads(json.dumps(it.get_state()))
+    rest = [int(next(it)) for _ in range(50)]
+    it.close()
+    again = _shared(svc, "restore").iterator(state)
+    try:
+        assert [int(next(again)) for _ in range(50)] == rest and head
+    finally:
+        again.close()
+
+
+def test_sharing_asks_for_a_named_infinite_job_of_one_pipeline(svc):
+    finite = jdata.range(N)
+    with pytest.raises(ValueError, match="infinite pipeline.*repeat"):
+        finite.distribute(svc, job_name="x", sharing=True)
+    with pytest.raises(ValueError, match="job_name"):
+        finite.repeat().distribute(svc, sharing=True)
+    with pytest.raises(ValueError, match="processing_mode='static'"):
+        finite.repeat().distribute(svc, job_name="x", sharing=True, processing_mode="static")
+    first = _shared(svc, "one-pipeline").iterator()
+    try:
+        next(first)
+        other = _shared(svc, "one-pipeline", scale=7).iterator()  # same name, other pipeline
+        with pytest.raises(ValueError, match="another pipeline"):
+            next(other)
+    finally:
+        first.close()
+
+
 def test_bad_arguments(svc):
     with pytest.raises(TypeError, match="service="):
         jdata.range(3).distribute("svc")
     with pytest.raises(ValueError, match="processing_mode='bogus'"):
         jdata.range(3).distribute(svc, processing_mode="bogus")
-    with pytest.raises(NotImplementedError, match="sharing=True"):
-        jdata.range(3).distribute(svc, sharing=True)
+    with pytest.raises(NotImplementedError, match="num_consumers=2"):
+        jdata.range(3).distribute(svc, num_consumers=2)
     with pytest.raises(ValueError, match="compression='gzip'"):
         jdata.range(3).distribute(svc, compression="gzip")
 

@@ -1,0 +1,152 @@
+"""A shared job's sliding window on a worker, without Ray: every consumer reads the same
+stream, computed once; a consumer that fell behind skips to the window's start and is told how
+many elements it skipped; the window stays within its bytes."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import jdata
+from jdata.service import _blocks, _window, worker
+
+
+class _Counting:
+    """An infinite stream of int64 scalars (8 bytes each) that counts what it computes."""
+
+    def __init__(self, fail_at=(), end_at=None):
+        self.computed = 0
+        self._fail_at, self._end_at = set(fail_at), end_at
+
+    def __call__(self, n):
+        elements, failures = [], []
+        while len(elements) < n and (self._end_at is None or self.computed < self._end_at):
+            if self.computed in self._fail_at:
+                failures.append(len(elements))
+                elements.append(_blocks.Failure(jdata.UDFError("map", self.computed,
+                                                               ValueError("bad"))))
+            else:
+                elements.append(np.int64(self.computed))
+            self.computed += 1
+        return elements, tuple(failures), 8 * len(elements)
+
+
+def _window_of(stream, max_bytes=1 << 20, block=4):
+    return _window.SharedWindow(stream, max_bytes, block, lambda size, *_: size)
+
+
+def _read(window, consumer, n, count):
+    """``count`` elements (or failures, as None) read ``n`` at a time; and what was skipped."""
+    out, skipped = [], 0
+    while len(out) < count:
+        elements, failures, _, skip, _, _ = window.read(consumer, min(n, count - len(out)))
+        assert elements
+        skipped += skip
+        out += [None if i in failures else int(e) for i, e in enumerate(elements)]
+    return out, skipped
+
+
+def test_consumers_read_the_same_stream_computed_once():
+    stream = _Counting()
+    window = _window_of(stream)
+    a, _ = _read(window, "a", 3, 30)
+    b, _ = _read(window, "b", 5, 30)
+    assert a == b == list(range(30))
+    assert stream.computed == 32  # whole blocks of 4: once, for both
+    stats = window.snapshot()
+    assert stats["produced"] == 32 and stats["served"] == 60 and stats["consumers"] == 2
+    assert stats["hits"] < stats["reads"]  # a's reads computed; b's were all hits
+    rest = window.read("b", 5)
+    assert [int(e) for e in rest[0]] == [30, 31] and rest[4] is True  # the block's end
+    assert window.read("b", 5)[4] is False and stream.computed == 36  # b at the end: computes
+
+
+def test_a_consumer_behind_the_window_skips_to_its_start_and_is_told():
+    stream = _Counting()
+    window = _window_of(stream, max_bytes=8 * 16, block=8)  # 16 elements of 8 bytes
+    slow, _ = _read(window, "slow", 2, 2)
+    fast, _ = _read(window, "fast", 8, 200)
+    assert fast == list(range(200)) and window.snapshot()["window_bytes"] <= 8 * 16
+    elements, _, _, skipped, hit, after = window.read("slow", 4)
+    start = after - len(elements)
+    assert skipped == start - 2 > 0 and hit and [int(e) for e in elements][0] == start
+    assert window.snapshot()["skipped"] == skipped
+    newcomer = window.read("new", 1)
+    assert newcomer[3] == 0 and int(newcomer[0][0]) == window.snapshot()["produced"] - 16
+
+
+def test_a_restored_position_resumes_there_or_at_the_window():
+    stream = _Counting()
+    window = _window_of(stream, max_bytes=8 * 64, block=8)
+    _read(window, "a", 8, 40)
+    elements, _, _, skipped, _, _ = window.read("b", 3, position=20)
+    assert [int(e) for e in elements] == [20, 21, 22] and skipped == 0
+    _read(window, "a", 8, 200)
+    elements, _, _, skipped, _, after = window.read("c", 3, position=5)
+    assert skipped == after - 3 - 5 and int(elements[0]) == after - 3
+
+
+def test_failures_keep_their_places():
+    window = _window_of(_Counting(fail_at={2, 5}))
+    out, _ = _read(window, "a", 3, 8)
+    assert out == [0, 1, None, 3, 4, None, 6, 7]
+
+
+def test_a_stream_that_ends_gives_nothing_more():
+    window = _window_of(_Counting(end_at=6))
+    out, _ = _read(window, "a", 4, 6)
+    assert out == list(range(6))
+    assert window.read("a", 4)[0] == [] and window.read("b", 4)[0] != []
+
+
+def test_concurrent_consumers_each_read_the_stream_in_order():
+    stream = _Counting()
+    window = _window_of(stream, max_bytes=1 << 30, block=16)
+    results = {}
+
+    def consume(name):
+        results[name] = _read(window, name, 7, 2000)[0]
+
+    threads = [threading.Thread(target=consume, args=(f"c{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(r == list(range(2000)) for r in results.values()) and len(results) == 4
+    assert stream.computed < 2000 + 16 * 4  # computed once, not once per consumer
+
+
+def test_a_worker_drops_a_window_nobody_reads(monkeypatch):
+    ds = jdata.range(10).repeat()
+    w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=60.0)
+    w._plans["fp"] = (ds._optimize().plan, ds.options)
+    packed, skipped, hit, after = w.read_shared("job-1", "fp", None, 0, "c", 5)
+    elements, _, _ = _blocks.unpack(packed, None)
+    assert len(elements) >= 1 and after == len(elements) and not hit and skipped == 0
+    monkeypatch.setattr(w, "_idle_sec", 0.0)
+    w._drop_idle_windows()
+    assert w._windows == {}
+
+
+def test_the_default_window_is_a_twentieth_of_memory():
+    assert worker.default_window_bytes() >= 64 << 20
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_window_bytes(bad):
+    from jdata import service
+
+    with pytest.raises(ValueError, match="window_bytes"):
+        service.start(window_bytes=bad)
+
+
+def test_a_consumers_reads_are_served_in_the_order_it_sent_them():
+    # The worker's threads may start a consumer's second read before its first.
+    window = _window_of(_Counting(), block=4)
+    second = {}
+    t = threading.Thread(target=lambda: second.update(out=window.read("a", 4, seq=1)))
+    t.start()  # waits for its turn: read 0 has not come
+    first = window.read("a", 4, seq=0)
+    t.join(timeout=30)
+    assert [int(e) for e in first[0]] == [0, 1, 2, 3]
+    assert [int(e) for e in second["out"][0]] == [4, 5, 6, 7]
