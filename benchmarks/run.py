@@ -8,8 +8,9 @@ to each peer and to the best peer; for ``feed`` (a JAX model's training step fed
 by each pipeline) steps/sec, the fraction of it spent waiting for input, and
 the ratio to an ideal pipeline; for ``optimizer`` jdata's rewrites against jdata
 without them; for ``service`` (``jdata.service`` on a local Ray) its scale-out,
-transfer rate, overhead and recovery against issue 13's targets. Absolute times on a
-shared machine are noise; compare ratios within one run.
+transfer rate, overhead and recovery against issue 13's targets, and for
+``service_sharing`` the CPU and throughput of jobs sharing one stream (issue 14).
+Absolute times on a shared machine are noise; compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import argparse
 import time
 
 from benchmarks import (cv, feed, nlp, optimizer, overhead, parse_example, service,
-                        shuffle_buffer, storage)
+                        service_sharing, shuffle_buffer, storage)
 
 WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer,
              "storage": storage, "shuffle_buffer": shuffle_buffer,
-             "parse_example": parse_example, "service": service}
+             "parse_example": parse_example, "service": service,
+             "service_sharing": service_sharing}
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 
@@ -139,11 +141,14 @@ def main(argv=None) -> None:
             shuffle_buffer.report(args.scale, args.repeats, systems=args.systems)
         elif name == "parse_example":
             parse_example.report(args.scale, args.repeats, systems=args.systems)
-        elif name == "service":
+        elif name in ("service", "service_sharing"):
             try:
-                service.report(args.scale, args.repeats)
+                if name == "service":
+                    service.report(args.scale, args.repeats)
+                else:
+                    service_sharing.report(args.repeats)
             except ImportError as e:
-                print(f"== service: not installed ({e}); pip install 'jdata[service]'")
+                print(f"== {name}: not installed ({e}); pip install 'jdata[service]'")
         elif name == "storage":
             run_workload(name, storage, args.scale, args.repeats, args.systems, False)
             for batch in (None, 1024):

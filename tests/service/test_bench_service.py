@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks import service, service_failure
+from benchmarks import service, service_failure, service_sharing
 from jdata.service import _ray
 
 # The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
@@ -49,6 +49,24 @@ def test_both_kills_deliver_every_element_once_in_the_local_order(result):
         assert 0 <= run["next_element_s"] <= run["stall_s"] < 60
     assert 0 < worker["replacement_up_s"] < 60  # the dispatcher replaced the killed worker
     assert 0 < dispatcher["dispatcher_back_s"] < 60  # and Ray restarted the dispatcher
+
+
+def test_a_removed_node_delivers_every_element_once_in_the_local_order(result):
+    run = result["node_removal"]
+    assert run["elements"] == 500 and run["exactly_once"] and run["same_order"]
+    assert 0 <= run["next_element_s"] <= run["stall_s"] < 60
+
+
+def test_sharing_gives_each_jobs_rate_and_the_workers_cpu():
+    ray = _ray.ray_module()
+    assert not ray.is_initialized(), "another test left a Ray running"
+    out = service_sharing.report(rounds=1, warmup_sec=0.3, measure_sec=0.7)
+    assert not ray.is_initialized()
+    assert len(out["alone"]["rates"]) == 1 and len(out["shared"]["rates"]) == 4
+    assert all(r > 0 for name in ("alone", "shared", "unshared") for r in out[name]["rates"])
+    assert out["alone"]["cpu_per_sec"] > 0 and out["cpu_ratio"] > 0
+    # Four jobs without sharing compute four streams: each gets a share of one worker.
+    assert sum(out["unshared"]["rates"]) < 1.5 * out["unshared"]["computed_per_sec"]
 
 
 def test_the_dispatchers_lease_rate_is_in_the_report(result):
