@@ -771,7 +771,14 @@ class Dataset:
             (every worker runs the whole pipeline, as tf.data's OFF).
           job_name: clients that name the same job (and pipeline) share its
             splits; ``None``: a job of this iterator's own.
-          num_consumers, consumer_index: not built yet (coordinated reads).
+          num_consumers, consumer_index: coordinated reads for synchronous
+            training (tf.data's): the ``num_consumers`` consumers of a named,
+            infinite job read in rounds, every consumer round ``r`` from the
+            same worker, consumer ``consumer_index`` its element of the round's
+            group of consecutive elements; with
+            ``bucket_by_sequence_length(C * b).rebatch(b)`` above, a step's
+            batches have similar lengths. A round not ready within 2 s is
+            skipped by all consumers together.
           sharing: jobs that name the same ``job_name`` and run the same
             pipeline (an infinite one: ``repeat()`` it) read one stream per
             worker, each at its own pace, through a sliding window of recent
@@ -798,25 +805,37 @@ class Dataset:
                              f"{', '.join(map(repr, client.MODES))}")
         if job_name is not None and (not isinstance(job_name, str) or not job_name):
             raise TypeError(f"distribute: job_name={job_name!r} must be a non-empty str")
-        for name, value, default in (("num_consumers", num_consumers, None),
-                                     ("consumer_index", consumer_index, None)):
-            if value != default:
-                raise NotImplementedError(
-                    f"distribute: {name}={value!r} is not built yet; leave it at {default!r}")
         check.bool_arg(sharing, "sharing", "distribute")
-        if sharing:
+        if (num_consumers is None) != (consumer_index is None):
+            raise ValueError("distribute: pass num_consumers and consumer_index together "
+                             f"(got num_consumers={num_consumers!r}, consumer_index="
+                             f"{consumer_index!r})")
+        if num_consumers is not None:
+            if isinstance(num_consumers, bool) or not isinstance(num_consumers, int) or \
+                    num_consumers < 1:
+                raise ValueError(f"distribute: num_consumers={num_consumers!r} must be an "
+                                 "int >= 1")
+            if isinstance(consumer_index, bool) or not isinstance(consumer_index, int) or \
+                    not 0 <= consumer_index < num_consumers:
+                raise ValueError(f"distribute: consumer_index={consumer_index!r} must be an "
+                                 f"int in [0, {num_consumers})")
+            if sharing:
+                raise ValueError("distribute: coordinated reads (num_consumers) and "
+                                 "sharing=True are different jobs; choose one")
+        if sharing or num_consumers is not None:
+            what = "sharing=True" if sharing else "num_consumers"
             if job_name is None:
-                raise ValueError("distribute(sharing=True): name the job (job_name=...): the "
-                                 "jobs that name it share one stream")
+                raise ValueError(f"distribute({what}): name the job (job_name=...): the "
+                                 "consumers that name it read together")
             if processing_mode not in ("dynamic", "off"):
-                raise ValueError(f"distribute(sharing=True): processing_mode="
-                                 f"{processing_mode!r}: a shared job's workers each run the "
-                                 "whole pipeline (processing_mode='off', the default here)")
-            if self.cardinality() != INFINITE:
+                raise ValueError(f"distribute({what}): processing_mode="
+                                 f"{processing_mode!r}: its workers each run the whole "
+                                 "pipeline (processing_mode='off', the default here)")
+            if self.cardinality() not in (INFINITE, UNKNOWN):  # known to end
                 raise ValueError(
-                    "distribute(sharing=True) needs an infinite pipeline above it (add "
-                    ".repeat()), as tf.data's sharing: each job reads the shared stream at "
-                    "its own pace, so there is no end of an epoch to agree on")
+                    f"distribute({what}) needs an infinite pipeline above it (add "
+                    ".repeat()), as tf.data's: its consumers read rounds (or a shared stream) "
+                    "with no end of an epoch to agree on")
             processing_mode = "off"
         if deterministic is not None:
             check.bool_arg(deterministic, "deterministic", "distribute")
@@ -826,7 +845,8 @@ class Dataset:
         if processing_mode != "off":
             client.check_splittable(self._node, processing_mode)
         return Dataset(client.DistributeNode(self._node, service.ref, processing_mode,
-                                             job_name, deterministic, compression, sharing))
+                                             job_name, deterministic, compression, sharing,
+                                             num_consumers, consumer_index))
 
     def to_global(self, sharding, prefetch: int = 2) -> Dataset:
         """Per-host batches as global ``jax.Array``s, ``prefetch`` of them on the devices ahead.

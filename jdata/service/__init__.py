@@ -70,6 +70,10 @@ class JobStatus:
     clients' reads served from the workers' windows without computing; ``skipped``,
     the elements they lost by falling behind a window; ``window_bytes``, the windows'
     size on the workers; ``computed``, the elements the workers computed for it.
+
+    A coordinated job (``num_consumers=``): ``rounds`` its consumers read (summed),
+    ``skipped_rounds`` they skipped together (no element ready within the bound), and
+    ``round_wait_sec``, the mean wait for a round's element.
     """
 
     job_id: str
@@ -91,6 +95,10 @@ class JobStatus:
     skipped: int = 0
     window_bytes: int = 0
     computed: int = 0
+    coordinated: bool = False
+    rounds: int = 0
+    skipped_rounds: int = 0
+    round_wait_sec: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +124,10 @@ class ServiceStatus:
                   f"{j.wait_fraction:.0%} of the time waiting"
                   + (f"; shared: {j.shared_hit_rate:.0%} of reads from the windows "
                      f"({j.window_bytes / 1e6:,.1f} MB), {j.computed:,} elements computed, "
-                     f"{j.skipped:,} skipped" if j.shared else "") for j in self.jobs]
+                     f"{j.skipped:,} skipped" if j.shared else "")
+                  + (f"; coordinated: {j.rounds:,} rounds read, {j.skipped_rounds:,} skipped, "
+                     f"{j.round_wait_sec * 1e3:,.1f} ms mean wait" if j.coordinated else "")
+                  for j in self.jobs]
         return "\n".join(lines)
 
 

@@ -32,6 +32,7 @@ from jdata.runtime import states
 from jdata.runtime.iterator import Tunable
 from jdata.runtime.stats import OpStats
 from jdata.service import _blocks, _ray, splits
+from jdata.service import dispatcher as dispatcher_module
 from jdata.service.dispatcher import NAME as DISPATCHER_NAME
 
 MODES = ("off", "dynamic", "static")
@@ -46,6 +47,11 @@ _NO_WORKER_SEC = 120.0
 _LIVENESS_CHECK_SEC = 2.0
 # Elements per read of a shared job's window (a block's worth at most).
 _SHARED_BLOCK = 4096
+# Coordinated reads: a round whose group is not ready this long after its first request
+# is skipped by every consumer.
+_ROUND_BOUND_SEC = 2.0
+# Runs of rounds a consumer requests ahead, the one it reads included.
+_RUNS_AHEAD = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +74,12 @@ class DistributeNode(Node):
     deterministic: bool | None = None
     compression: str | None = None
     sharing: bool = False
+    num_consumers: int | None = None
+    consumer_index: int | None = None
     op_name: ClassVar[str] = _OP
 
     def cardinality(self) -> int:
-        if self.sharing:
+        if self.sharing or self.num_consumers is not None:
             return INFINITE
         return UNKNOWN if self.processing_mode == "off" else self.input.cardinality()
 
@@ -81,7 +89,8 @@ class DistributeNode(Node):
     def __str__(self):
         return (f"Distribute(processing_mode={self.processing_mode!r}, "
                 f"job_name={self.job_name!r}, deterministic={self.deterministic}, "
-                f"compression={self.compression!r}, sharing={self.sharing})")
+                f"compression={self.compression!r}, sharing={self.sharing}, "
+                f"num_consumers={self.num_consumers}, consumer_index={self.consumer_index})")
 
 
 def check_splittable(node: Node, mode: str) -> None:
@@ -178,7 +187,7 @@ class _DistributeIterator(Tunable):
         # A shared job is one infinite stream, whichever iterator of the dataset reads it:
         # every iterator that names the job joins it (the epoch is not part of its name).
         self._node, self._ctx = node, ctx
-        self._epoch = 0 if node.sharing else epoch
+        self._epoch = 0 if node.sharing or node.num_consumers is not None else epoch
         self._deterministic = node.deterministic if node.deterministic is not None else \
             ctx.options.deterministic
         self._started = False
@@ -195,7 +204,14 @@ class _DistributeIterator(Tunable):
         self._num_splits: int | None = None
         self._waiting_since: float | None = None
         # Received, for the dispatcher's job statistics; shared jobs' reads, hits, skips.
-        self._counters = {"bytes": 0, "reads": 0, "hits": 0, "skipped": 0}
+        self._counters = {"bytes": 0, "reads": 0, "hits": 0, "skipped": 0, "rounds": 0,
+                          "skipped_rounds": 0, "round_wait_sec": 0.0}
+        self._round = 0  # coordinated reads: the next round to read
+        self._round_restored = False
+        self._round_refs: dict = {}  # a run's first round -> (its request, worker id)
+        self._round_results: dict = {}  # a run's first round -> its results
+        self._schedule: list | None = None
+        self._schedule_until = 0
         self._shared: dict[str, _SharedStream] = {}  # by worker id
         self._shared_positions: dict[str, int] = {}  # a restored state's
         self._shared_ended: set[str] = set()
@@ -389,6 +405,8 @@ class _DistributeIterator(Tunable):
             self._start()
         if self._node.sharing:
             return self._next_shared(n)
+        if self._node.num_consumers is not None:
+            return self._next_coordinated()
         if self._node.processing_mode == "off":
             return self._next_off(n)
         split = self._ready_in_order() if self._deterministic else self._ready_any()
@@ -485,6 +503,110 @@ class _DistributeIterator(Tunable):
             self._call(self._dispatcher.lease, self._job_id, self._client_id, 0, 0,
                        self._to_report)
             self._to_report = []
+
+    # ------------------------------------------------------------ coordinated reads
+
+    def _next_coordinated(self) -> list:
+        """This consumer's element of the next round that is not skipped (one element:
+        usually a batch). Rounds are read in runs of ``ROUNDS_PER_READ`` (one request
+        each), the next runs requested while this one is read."""
+        run = dispatcher_module.ROUNDS_PER_READ
+        counters = self._counters
+        while True:
+            if self._schedule is None or self._round >= self._schedule_until:
+                self._refresh_schedule()
+            r = self._round
+            start = r - r % run
+            for ahead in range(start, start + _RUNS_AHEAD * run, run):
+                if ahead not in self._round_refs:
+                    self._round_refs[ahead] = self._request_run(ahead)
+            results = self._round_results.get(start)
+            began = time.perf_counter()
+            if results is None:
+                results = self._round_results[start] = self._receive_run(start)
+            wait = time.perf_counter() - began
+            self.stats.wait_sec += wait
+            counters["round_wait_sec"] += wait
+            packed, skipped, ended = results[r - start] if r - start < len(results) else \
+                (None, False, True)
+            self._round += 1
+            if self._round % run == 0:  # the run is read: its results go
+                self._round_results.pop(start, None)
+                self._round_refs.pop(start, None)
+            if ended:
+                return []
+            if skipped:
+                counters["skipped_rounds"] += 1
+                self._update_round_reason()
+                continue
+            counters["rounds"] += 1
+            block, failures, nbytes = _blocks.unpack(packed, self._node.compression)
+            counters["bytes"] += nbytes
+            self.stats.elements += len(block)
+            self._update_round_reason()
+            if failures:
+                raise block[0].error
+            return block
+
+    def _receive_run(self, start: int) -> list:
+        """The results of the run of rounds from ``start``; every round skipped when its
+        worker is gone (every consumer skips them: the worker served none of them)."""
+        run = dispatcher_module.ROUNDS_PER_READ
+        ref, worker_id = self._round_refs[start]
+        try:
+            if ref is None:
+                raise self._ray.exceptions.ActorDiedError()
+            while not self._ray.wait([ref], timeout=_LIVENESS_CHECK_SEC)[0]:
+                if worker_id not in self._call(self._dispatcher.workers):
+                    raise self._ray.exceptions.ActorDiedError()
+            return self._ray.get(ref)
+        except self._ray.exceptions.RayError as e:
+            if _error_kind(self._ray, e) == "udf":
+                raise _cause(e) from None
+            self._schedule_until = self._round  # learn the new workers at once
+            return [(None, True, False)] * run
+
+    def _refresh_schedule(self) -> None:
+        entries, furthest = self._call(self._dispatcher.schedule, self._job_id,
+                                       self._client_id,
+                                       self._round if self._schedule is not None else None)
+        if self._schedule is None and not self._round_restored:
+            self._round = furthest  # a consumer joining a running job starts with the others
+        self._schedule = entries
+        self._num_workers = self.stats.parallelism = len(entries[-1][1]) if entries else 0
+        self._schedule_until = self._round + max(1, dispatcher_module.ROUND_LEAD // 4)
+        if not entries:
+            self._schedule = None
+            self._wait_for_workers()
+
+    def _request_run(self, start: int):
+        """The request of the run of rounds from ``start`` to the worker the schedule names
+        for it; ``None`` for a worker that is gone (its rounds are skipped, as by every
+        consumer)."""
+        run = dispatcher_module.ROUNDS_PER_READ
+        workers = self._schedule[0][1]
+        for first, entry_workers in self._schedule:
+            if first <= start:
+                workers = entry_workers
+        worker_id = workers[(start // run) % len(workers)]
+        try:
+            handle = self._handle(worker_id)
+        except ValueError:
+            return None, worker_id
+        ref = handle.read_rounds.remote(
+            self._job_id, self._fingerprint, self._plan_ref, self._epoch,
+            self._node.num_consumers, self._node.consumer_index, start, run,
+            _ROUND_BOUND_SEC, self._node.compression)
+        return ref, worker_id
+
+    def _update_round_reason(self) -> None:
+        c = self._counters
+        self.stats.engine_reason = (
+            f"jdata.service coordinated job {self._job_id}: consumer "
+            f"{self._node.consumer_index} of {self._node.num_consumers}, round {self._round}; "
+            f"{c['rounds']} rounds read, {c['skipped_rounds']} skipped, "
+            f"{1e3 * c['round_wait_sec'] / max(1, c['rounds'] + c['skipped_rounds']):.1f} ms "
+            "mean wait")
 
     # ------------------------------------------------------------ shared jobs
 
@@ -623,6 +745,8 @@ class _DistributeIterator(Tunable):
     # ------------------------------------------------------------ state
 
     def snapshot(self):
+        if self._node.num_consumers is not None:  # the next round to read
+            return {"round": self._round}
         if self._node.sharing:  # where each worker's stream stands, for this consumer
             positions = dict(self._shared_positions)
             positions.update({w: s.base for w, s in self._shared.items()})
@@ -636,6 +760,10 @@ class _DistributeIterator(Tunable):
     def set_state(self, state):
         if self._started:
             raise ValueError(f"{_OP}: restore into a new iterator (ds.iterator(state))")
+        if self._node.num_consumers is not None:
+            self._round = states.Fields(state, _OP, ("round",)).int("round")
+            self._round_restored = True
+            return
         if self._node.sharing:
             positions = states.Fields(state, _OP, ("shared",)).state["shared"]
             if not isinstance(positions, dict) or len(positions) > 100_000 or \

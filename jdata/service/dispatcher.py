@@ -34,6 +34,10 @@ _PING_SEC = 0.5
 # at once; this bounds a hung or unreachable one, as on a node that went away).
 # A busy worker answers within milliseconds: its actor has threads to spare.
 _PING_TIMEOUT_SEC = 4.0
+# A coordinated job's rounds go to workers in runs of this many (one request of a client
+# reads a run); a new schedule entry starts this many rounds past its furthest client.
+ROUNDS_PER_READ = 8
+ROUND_LEAD = 64
 # Rates in status() are over the samples of the last this many seconds.
 _RATE_WINDOW_SEC = 10.0
 
@@ -88,6 +92,9 @@ class Dispatcher:
         self._handles: dict = {}  # joined workers
         self._starting: dict = {}  # worker id -> (handle, its first ping)
         self._workers_recent, self._clients_recent = _Recent(), _Recent()
+        # Coordinated jobs: (first round, workers) entries, and each client's round.
+        self._schedules: dict[str, list] = {}
+        self._rounds_seen: dict[str, dict] = {}
         self._stop = threading.Event()
         self._recover_workers()
         self._grace()
@@ -235,6 +242,9 @@ class Dispatcher:
             self._fill()
             with self._lock:
                 self._commit(st.expire(self._state, time.time(), self._client_timeout))
+                for job_id in [j for j in self._schedules if j not in self._state.jobs]:
+                    del self._schedules[job_id]
+                    self._rounds_seen.pop(job_id, None)
                 self._clients_recent.keep({(job_id, client_id) for job_id in self._state.jobs
                                            for client_id in self._state.clients(job_id)})
 
@@ -335,6 +345,29 @@ class Dispatcher:
             self._lose(worker_id)
             self._fill()
 
+    def schedule(self, job_id: str, client_id: str, round_index: int | None) -> tuple:
+        """A coordinated job's round schedule: ``([(first round, [worker ids])...], the
+        furthest round a client reported)``. Round ``r`` is read from
+        ``workers[r % len(workers)]`` of the last entry that starts at or before ``r``.
+        When the workers change, a new entry starts ``_ROUND_LEAD`` rounds past the
+        furthest client, so every client learns of it before it applies (they ask every
+        ``ROUND_LEAD // 4`` rounds): they all read each round from the same worker. Entries
+        start at multiples of ``ROUNDS_PER_READ``."""
+        with self._lock:
+            seen = self._rounds_seen.setdefault(job_id, {})
+            if round_index is not None:
+                seen[client_id] = max(round_index, seen.get(client_id, 0))
+            furthest = max(seen.values(), default=0)
+            entries = self._schedules.setdefault(job_id, [])
+            alive = list(self._state.alive_workers())
+            run = ROUNDS_PER_READ
+            if alive and not entries:
+                entries.append((furthest // run * run, alive))
+            elif alive and entries[-1][1] != alive:
+                start = max(furthest + ROUND_LEAD, entries[-1][0] + run)
+                entries.append((-(-start // run) * run, alive))
+            return list(entries), furthest
+
     def workers(self) -> list:
         with self._lock:
             return list(self._state.alive_workers())
@@ -394,9 +427,10 @@ class Dispatcher:
         keys = [(job_id, client_id) for client_id in self._state.clients(job_id)]
         latest = [recent.latest(key) for key in keys]
         reads = sum(r.get("reads", 0) for r in latest)
-        windows = [info.get("windows", {}).get(job_id)
+        buffers = [info.get("windows", {}).get(job_id)
                    for info in map(self._workers_recent.latest, self._handles)]
-        windows = [w for w in windows if w]
+        windows = [w for w in buffers if w and "window_bytes" in w]
+        rounds = [w for w in buffers if w and "rounds" in w]
         return {**st.job_summary(self._state.job(job_id)),
                 "elements": sum(r.get("elements", 0) for r in latest),
                 "buffered": sum(r.get("buffered", 0) for r in latest),
@@ -409,7 +443,12 @@ class Dispatcher:
                 else 0.0,
                 "skipped": sum(r.get("skipped", 0) for r in latest),
                 "window_bytes": sum(w["window_bytes"] for w in windows),
-                "computed": sum(w["produced"] for w in windows)}
+                "computed": sum(w["produced"] for w in windows),
+                "coordinated": bool(rounds) or job_id in self._schedules,
+                "rounds": sum(r.get("rounds", 0) for r in latest),
+                "skipped_rounds": sum(r.get("skipped_rounds", 0) for r in latest),
+                "round_wait_sec": sum(r.get("round_wait_sec", 0.0) for r in latest)
+                / max(1, sum(r.get("rounds", 0) for r in latest))}
 
     def stop(self) -> None:
         """Stops the monitor and every worker (the actor itself is killed by the caller)."""

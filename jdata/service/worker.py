@@ -25,7 +25,7 @@ import zlib
 
 import cloudpickle
 
-from jdata.service import _blocks, _window, splits
+from jdata.service import _blocks, _rounds, _window, splits
 
 # A job's first block has FIRST_BLOCK elements (the client starts early, and an element's
 # size is not known yet); blocks then double while one takes less than BLOCK_SEC to
@@ -128,7 +128,7 @@ class Worker:
         import ray
 
         self._drop_idle_windows()
-        with self._lock:
+        with self._lock:  # shared windows, and coordinated jobs' rounds
             windows = {job_id: w.snapshot() for job_id, (w, _) in self._windows.items()}
         return {"worker_id": self.worker_id, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), **self._stats.snapshot(),
@@ -159,14 +159,7 @@ class Worker:
             entry = self._windows.get(job_id)
         if entry is not None:
             return entry[0]
-        from jdata import _planner, _random
-        from jdata.runtime.context import Context
-
-        node, options = self._plan(fingerprint, plan_ref)
-        # Each worker its own random stream (its own shuffle order and keys), as each
-        # worker of tf.data's OFF mode: the consumers read them in turn.
-        epoch = _random.mix_epoch(epoch, _SHARED_SALT, zlib.crc32(self.worker_id.encode()))
-        it = _planner.make_iterator(node, Context(options=options), epoch)
+        it = self._stream_of(fingerprint, plan_ref, epoch)
 
         def produce(n: int):
             began = time.perf_counter()
@@ -183,13 +176,67 @@ class Worker:
             it.close()
         return entry[0]
 
+    # ------------------------------------------------------------ coordinated reads
+
+    def read_rounds(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int,
+                    num_consumers: int, consumer_index: int, first_round: int, count: int,
+                    bound_sec: float, compression: str | None = None) -> list:
+        """Consumer ``consumer_index``'s elements of ``count`` rounds of a coordinated job
+        from ``first_round`` on: ``[(packed block of the element, skipped, ended)...]``;
+        see ``_rounds.RoundBuffer``."""
+        rounds = self._rounds_of(job_id, fingerprint, plan_ref, epoch, num_consumers,
+                                 bound_sec)
+        out = []
+        for element, skipped, ended in rounds.take_many(first_round, count, consumer_index):
+            block = [] if element is None else [element]
+            failures = (0,) if block and isinstance(element, _blocks.Failure) else ()
+            out.append((_blocks.pack(block, failures, _blocks.nbytes(block, block),
+                                     compression), skipped, ended))
+        return out
+
+    def _rounds_of(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int,
+                   num_consumers: int, bound_sec: float):
+        with self._lock:
+            entry = self._windows.get(job_id)
+        if entry is not None:
+            return entry[0]
+        it = self._stream_of(fingerprint, plan_ref, epoch)
+
+        def produce(n: int):
+            began = time.perf_counter()
+            elements, failures = _exact(it, n)
+            nbytes = _blocks.nbytes(elements, elements)
+            self._stats.add(len(elements), nbytes, time.perf_counter() - began)
+            return elements, failures
+
+        rounds = _rounds.RoundBuffer(produce, num_consumers, bound_sec)
+        with self._lock:
+            entry = self._windows.setdefault(job_id, (rounds, it))
+        if entry[0] is not rounds:
+            rounds.close()
+            it.close()
+        return entry[0]
+
+    def _stream_of(self, fingerprint: str, plan_ref: list, epoch: int):
+        """The whole plan's iterator, with randomness of this worker's own."""
+        from jdata import _planner, _random
+        from jdata.runtime.context import Context
+
+        node, options = self._plan(fingerprint, plan_ref)
+        # Each worker its own random stream (its own shuffle order and keys), as each
+        # worker of tf.data's OFF mode: the consumers read them in turn.
+        epoch = _random.mix_epoch(epoch, _SHARED_SALT, zlib.crc32(self.worker_id.encode()))
+        return _planner.make_iterator(node, Context(options=options), epoch)
+
     def _drop_idle_windows(self) -> None:
         now = time.monotonic()
         with self._lock:
             idle = [job_id for job_id, (w, _) in self._windows.items()
                     if now - w.last_read > self._idle_sec]
             dropped = [self._windows.pop(job_id) for job_id in idle]
-        for _, it in dropped:
+        for buffer, it in dropped:
+            if isinstance(buffer, _rounds.RoundBuffer):
+                buffer.close()
             it.close()
 
     def _plan(self, fingerprint: str, plan_ref: list) -> tuple:

@@ -60,13 +60,17 @@ def test_a_removed_node_delivers_every_element_once_in_the_local_order(result):
 def test_sharing_gives_each_jobs_rate_and_the_workers_cpu():
     ray = _ray.ray_module()
     assert not ray.is_initialized(), "another test left a Ray running"
-    out = service_sharing.report(rounds=1, warmup_sec=0.3, measure_sec=0.7)
+    out = service_sharing.report(rounds=1, warmup_sec=0.3, measure_sec=0.7, steps=40)
     assert not ray.is_initialized()
     assert len(out["alone"]["rates"]) == 1 and len(out["shared"]["rates"]) == 4
     assert all(r > 0 for name in ("alone", "shared", "unshared") for r in out[name]["rates"])
     assert out["alone"]["cpu_per_sec"] > 0 and out["cpu_ratio"] > 0
     # Four jobs without sharing compute four streams: each gets a share of one worker.
     assert sum(out["unshared"]["rates"]) < 1.5 * out["unshared"]["computed_per_sec"]
+    coordinated = out["coordinated"]
+    assert coordinated["coordinated"]["spread"] == 0  # a round's batches: one bucket batch
+    assert coordinated["uncoordinated"]["spread"] > 0 and coordinated["ratio"] > 0
+    assert coordinated["faults"]["lock_step"]
 
 
 def test_the_dispatchers_lease_rate_is_in_the_report(result):

@@ -8,6 +8,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import jax
@@ -396,13 +397,124 @@ def test_sharing_asks_for_a_named_infinite_job_of_one_pipeline(svc):
         first.close()
 
 
+def _coordinated(svc, name, i, c=2):
+    return jdata.range(10**6).repeat().distribute(svc, job_name=name, num_consumers=c,
+                                                  consumer_index=i)
+
+
+def test_coordinated_consumers_each_get_their_element_of_one_group_per_round(svc):
+    its = [_coordinated(svc, "rounds", i, 3).iterator() for i in range(3)]
+    try:
+        rows = [[int(next(it)) for it in its] for _ in range(30)]
+        # A round's group is 3 consecutive elements of one worker's stream.
+        assert all(r == [r[0], r[0] + 1, r[0] + 2] and r[0] % 3 == 0 for r in rows)
+        state = json.loads(json.dumps(its[0].get_state()))
+        assert state["state"]["round"] == 30
+        job = next(j for j in svc.status().jobs if j.name == "rounds")
+        assert job.coordinated and job.clients == 3
+        reason = next(r for r in its[0].stats().rows if r["stage"] == "distribute")
+        assert "coordinated job" in reason["engine_reason"] and "30 rounds read" in \
+            reason["engine_reason"]
+    finally:
+        for it in its:
+            it.close()
+
+
+def _replicas(its, steps, at_step=None, action=None):
+    """Each iterator read ``steps`` times on a thread of its own, as replicas in their own
+    processes; ``action()`` runs once every replica has read ``at_step`` elements. Returns
+    each replica's elements and its longest wait for one."""
+    barrier = threading.Barrier(len(its), action=action, timeout=60)
+    got = [[] for _ in its]
+    longest = [0.0] * len(its)
+
+    def replica(i):
+        for step in range(steps):
+            if step == at_step:
+                barrier.wait()
+            began = time.monotonic()
+            got[i].append(int(next(its[i])))
+            longest[i] = max(longest[i], time.monotonic() - began)
+
+    threads = [threading.Thread(target=replica, args=(i,)) for i in range(len(its))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    return got, longest
+
+
+def test_a_killed_worker_keeps_coordinated_consumers_in_lock_step(svc):
+    its = [_coordinated(svc, "lock-step", i).iterator() for i in range(2)]
+    victim = svc.status().workers[0].pid
+    try:
+        (a, b), longest = _replicas(its, 50, at_step=10,
+                                    action=lambda: os.kill(victim, signal.SIGKILL))
+        assert [y - x for x, y in zip(a, b)] == [1] * 50  # the same rounds, the same skips
+        assert all(x % 2 == 0 for x in a)
+        assert max(longest) < 10.0  # the bound (2 s) and the liveness check, not a hang
+    finally:
+        for it in its:
+            it.close()
+    _wait_for(lambda: len([w for w in svc.status().workers if w.state == "running"]) == 2, 60,
+              "the killed worker replaced")
+
+
+def test_a_consumer_that_stops_does_not_hold_the_others(svc):
+    its = [_coordinated(svc, "one-stops", i).iterator() for i in range(2)]
+    try:
+        rows = [[int(next(it)) for it in its] for _ in range(5)]
+        its[1].close()  # a replica died: the other reads on after its timeout (10 s)
+        longest, alone = [], []
+        for _ in range(40):
+            began = time.monotonic()
+            alone.append(int(next(its[0])))
+            longest.append(time.monotonic() - began)
+        assert all(b == a + 1 for a, b in rows) and all(x % 2 == 0 for x in alone)
+        assert max(longest) < 20.0 and sorted(longest)[-2] < 2.0  # one wait, then none
+    finally:
+        its[0].close()
+
+
+def test_a_coordinated_consumer_restores_at_its_round(svc):
+    first = [_coordinated(svc, "restore-rounds", i).iterator() for i in range(2)]
+    rows = [[int(next(it)) for it in first] for _ in range(4)]
+    state = json.loads(json.dumps(first[1].get_state()))
+    first[1].close()
+    again = _coordinated(svc, "restore-rounds", 1).iterator(state)
+    try:
+        for _ in range(3):
+            a, b = int(next(first[0])), int(next(again))
+            assert b == a + 1
+        assert rows[0][1] == rows[0][0] + 1
+    finally:
+        first[0].close()
+        again.close()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_consumers": 2}, "together"),
+    ({"num_consumers": 0, "consumer_index": 0}, "num_consumers=0"),
+    ({"num_consumers": 2, "consumer_index": 2}, r"consumer_index=2 must be an int in \[0, 2\)"),
+    ({"num_consumers": 2, "consumer_index": 0, "sharing": True, "job_name": "x"}, "choose one"),
+    ({"num_consumers": 2, "consumer_index": 0}, "job_name"),
+])
+def test_bad_coordinated_arguments(svc, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        jdata.range(3).repeat().distribute(svc, **kwargs)
+
+
+def test_coordinated_reads_need_an_infinite_pipeline(svc):
+    with pytest.raises(ValueError, match="infinite pipeline"):
+        jdata.range(3).distribute(svc, job_name="x", num_consumers=2, consumer_index=0)
+
+
 def test_bad_arguments(svc):
     with pytest.raises(TypeError, match="service="):
         jdata.range(3).distribute("svc")
     with pytest.raises(ValueError, match="processing_mode='bogus'"):
         jdata.range(3).distribute(svc, processing_mode="bogus")
-    with pytest.raises(NotImplementedError, match="num_consumers=2"):
-        jdata.range(3).distribute(svc, num_consumers=2)
     with pytest.raises(ValueError, match="compression='gzip'"):
         jdata.range(3).distribute(svc, compression="gzip")
 

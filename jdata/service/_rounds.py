@@ -1,0 +1,161 @@
+"""Coordinated reads on one worker (``distribute(num_consumers=C, consumer_index=i)``).
+
+Synchronous data-parallel training waits every step for its slowest replica; with
+variable-length inputs that is the replica with the longest sequences. With
+coordinated reads the C consumers read in **rounds**: every consumer reads round r
+from the same worker, which hands consumer i the i-th element of a group of C
+consecutive elements of its stream. Batches that are consecutive there come from one
+bucket (``bucket_by_sequence_length(C * b).rebatch(b)`` above ``distribute``), so a
+step's batches have similar lengths.
+
+Rounds go to workers in runs of ``ROUNDS_PER_READ`` (``dispatcher.schedule``), so one
+request of a consumer reads a run: a Ray call per step would cost more than the step
+saves. A worker produces groups ahead on a thread of its own. A round gets the oldest ready
+group once every live consumer has asked for it (so a worker that dies has handed it
+to all or to none); when none is ready within ``bound_sec`` of that, the round is
+skipped, and every consumer is told so: they skip it together, in lock-step. A
+consumer that stops asking holds the others for ``consumer_timeout`` seconds, then is
+counted out. Elements are never lost to a skipped round: the group goes to the next
+round. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+# Rounds are forgotten this long after their first request (a consumer that died never
+# takes its element)...
+_ROUND_TTL_SEC = 120.0
+# ... and rounds every consumer took are kept this many more: a consumer restored from a
+# state taken just before (its reads ahead were lost with it) reads them again.
+_KEEP_TAKEN = 16
+
+
+class RoundBuffer:
+    """One coordinated job's rounds on one worker; thread-safe.
+
+    ``produce(n)`` returns ``(elements, failure places)`` with at most ``n`` elements
+    (empty: the stream ended).
+    """
+
+    def __init__(self, produce, num_consumers: int, bound_sec: float, ahead: int = 4,
+                 consumer_timeout: float = 10.0):
+        self._produce, self._c, self._bound = produce, num_consumers, bound_sec
+        self._ahead, self._consumer_timeout = ahead, consumer_timeout
+        self._seen: dict[int, float] = {}  # consumer -> when it last asked for a round
+        self._cond = threading.Condition()
+        self._ready: collections.deque = collections.deque()  # groups not yet in a round
+        self._rounds: dict[int, list] = {}  # round -> [group or None, taken, first asked]
+        self._taken: collections.deque = collections.deque()  # rounds every consumer took
+        self._ended = False
+        self._stop = False
+        self.last_read = time.monotonic()
+        self.stats = {"rounds": 0, "skipped_rounds": 0, "groups": 0}
+        threading.Thread(target=self._run, daemon=True, name="jdata-rounds").start()
+
+    def _run(self) -> None:
+        carry: list = []
+        while True:
+            with self._cond:
+                while len(self._ready) >= self._ahead and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+            try:
+                elements, _ = self._produce(self._c - len(carry))
+            except BaseException:  # the pipeline itself broke: no more rounds
+                elements = []
+            with self._cond:
+                if not elements:
+                    self._ended = True
+                    self._cond.notify_all()
+                    return
+                carry += elements
+                while len(carry) >= self._c:
+                    self._ready.append(carry[:self._c])
+                    carry = carry[self._c:]
+                    self.stats["groups"] += 1
+                self._cond.notify_all()
+
+    def take(self, round_index: int, consumer: int) -> tuple:
+        """``(element, skipped, ended)`` of consumer ``consumer`` in round ``round_index``:
+        its element of the round's group; or ``skipped``; or ``ended`` (the stream ended).
+
+        A round is handed out once every consumer that lives has asked for it, so
+        that a worker that dies hands it to all or to none (the consumers stay in
+        lock-step). A consumer lives from its first request until it has asked for
+        nothing for ``consumer_timeout`` seconds. Once all asked, a round with no
+        group ready within ``bound_sec`` is skipped, for all of them.
+        """
+        with self._cond:
+            self.last_read = now = time.monotonic()
+            self._seen[consumer] = now
+            entry = self._rounds.get(round_index)
+            if entry is None:  # [group, taken by, first asked, asked by, all asked at]
+                entry = self._rounds[round_index] = [None, set(), now, set(), None]
+                self._expire(now)
+            entry[3].add(consumer)
+            self._cond.notify_all()  # the others waiting for this consumer's request
+            while entry[0] is None:
+                now = time.monotonic()
+                waiting_for = self._live(now) - entry[3]
+                if waiting_for:  # until it asks, or it is gone
+                    wake = min(self._seen[c] for c in waiting_for) + self._consumer_timeout
+                    self._cond.wait(timeout=max(0.01, wake - now))
+                    continue
+                if entry[4] is None:
+                    entry[4] = now
+                if self._ready and self._oldest_waiting() == round_index:
+                    entry[0] = self._ready.popleft()
+                    self.stats["rounds"] += 1
+                    self._cond.notify_all()  # the producer: room for another group
+                    break
+                if self._ended and not self._ready:
+                    return None, False, True
+                left = entry[4] + self._bound - now
+                if left <= 0:
+                    entry[0] = "skipped"
+                    self.stats["skipped_rounds"] += 1
+                    self._cond.notify_all()
+                    break
+                self._cond.wait(timeout=left)
+            if entry[0] == "skipped":
+                return None, True, False
+            if consumer not in entry[1]:
+                entry[1].add(consumer)
+                if len(entry[1]) == self._c:
+                    self._taken.append(round_index)
+                    while len(self._taken) > _KEEP_TAKEN:
+                        self._rounds.pop(self._taken.popleft(), None)
+            return entry[0][consumer], False, False
+
+    def _live(self, now: float) -> set:
+        return {c for c, seen in self._seen.items() if now - seen <= self._consumer_timeout}
+
+    def take_many(self, first_round: int, count: int, consumer: int) -> list:
+        """``take`` of rounds ``first_round .. first_round + count - 1`` in turn (to the end
+        of the stream)."""
+        out = []
+        for r in range(first_round, first_round + count):
+            out.append(self.take(r, consumer))
+            if out[-1][2]:
+                break
+        return out
+
+    def _oldest_waiting(self) -> int:
+        return min(r for r, e in self._rounds.items() if e[0] is None)
+
+    def _expire(self, now: float) -> None:
+        for r in [r for r, e in self._rounds.items() if now - e[2] > _ROUND_TTL_SEC]:
+            del self._rounds[r]
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+
+    def snapshot(self) -> dict:
+        with self._cond:
+            return {**self.stats, "ready_groups": len(self._ready)}

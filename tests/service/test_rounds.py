@@ -1,0 +1,132 @@
+"""Coordinated reads' rounds on a worker, without Ray: every consumer of a round gets its
+element of one group of consecutive elements, once all of them asked; a round not ready
+within the bound is skipped for every consumer, and its group goes to the next round; a
+consumer that stops asking is counted out after its timeout."""
+
+import threading
+import time
+
+import numpy as np
+
+from jdata.service import _rounds
+
+
+class _Stream:
+    """Consecutive int64 scalars; ``gate`` (an Event) holds production when cleared."""
+
+    def __init__(self, end=None):
+        self.next = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self._end = end
+
+    def __call__(self, n):
+        assert self.gate.wait(timeout=30)
+        out = []
+        while len(out) < n and (self._end is None or self.next < self._end):
+            out.append(np.int64(self.next))
+            self.next += 1
+        return out, ()
+
+
+def _all(rounds, r, consumers):
+    """``take(r, i)`` of each consumer ``i``, each on a thread of its own (they wait for
+    one another)."""
+    out = {}
+    threads = [threading.Thread(target=lambda i=i: out.update({i: rounds.take(r, i)}))
+               for i in consumers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return [out[i] for i in consumers]
+
+
+def _ints(results):
+    return [int(e) for e, _, _ in results]
+
+
+def test_every_consumer_of_a_round_gets_its_element_of_one_group():
+    rounds = _rounds.RoundBuffer(_Stream(), num_consumers=3, bound_sec=10.0)
+    try:
+        got = [_ints(_all(rounds, r, [0, 1, 2])) for r in range(5)]
+        assert got == [[3 * r, 3 * r + 1, 3 * r + 2] for r in range(5)]
+        assert _ints(_all(rounds, 5, [2, 0, 1])) == [17, 15, 16]
+        assert rounds.snapshot()["rounds"] == 6 and rounds.snapshot()["skipped_rounds"] == 0
+    finally:
+        rounds.close()
+
+
+def test_a_round_waits_for_every_consumer_so_a_dying_worker_hands_it_to_all_or_none():
+    rounds = _rounds.RoundBuffer(_Stream(), num_consumers=2, bound_sec=10.0)
+    try:
+        assert _ints(_all(rounds, 0, [0, 1])) == [0, 1]  # both live from now on
+        first = {}
+        t = threading.Thread(target=lambda: first.update(out=rounds.take(1, 0)))
+        t.start()
+        t.join(timeout=0.3)
+        assert t.is_alive() and not first  # consumer 1 has not asked: nobody gets round 1
+        assert int(rounds.take(1, 1)[0]) == 3
+        t.join(timeout=30)
+        assert int(first["out"][0]) == 2
+    finally:
+        rounds.close()
+
+
+def test_a_round_not_ready_within_the_bound_is_skipped_by_all_and_nothing_is_lost():
+    stream = _Stream()
+    rounds = _rounds.RoundBuffer(stream, num_consumers=2, bound_sec=0.3, ahead=1)
+    try:
+        assert _ints(_all(rounds, 0, [0, 1])) == [0, 1]
+        _wait(lambda: rounds.snapshot()["ready_groups"] == 1)  # group [2, 3] made ahead
+        stream.gate.clear()  # production stalls: round 2 will find nothing ready
+        assert _ints(_all(rounds, 1, [0, 1])) == [2, 3]
+        began = time.monotonic()
+        assert _all(rounds, 2, [0, 1]) == [(None, True, False)] * 2  # skipped by both
+        assert 0.25 <= time.monotonic() - began < 5
+        stream.gate.set()
+        assert _ints(_all(rounds, 3, [0, 1])) == [4, 5]  # not lost
+        assert rounds.snapshot()["skipped_rounds"] == 1
+    finally:
+        rounds.close()
+
+
+def test_a_consumer_that_stops_asking_is_counted_out_after_its_timeout():
+    rounds = _rounds.RoundBuffer(_Stream(), num_consumers=2, bound_sec=5.0,
+                                 consumer_timeout=0.5)
+    try:
+        assert _ints(_all(rounds, 0, [0, 1])) == [0, 1]
+        began = time.monotonic()
+        assert int(rounds.take(1, 0)[0]) == 2  # consumer 1 is gone: after its timeout
+        assert 0.3 <= time.monotonic() - began < 5
+        assert int(rounds.take(2, 0)[0]) == 4  # and at once from then on
+    finally:
+        rounds.close()
+
+
+def test_the_end_of_the_stream_ends_the_rounds():
+    rounds = _rounds.RoundBuffer(_Stream(end=4), num_consumers=2, bound_sec=5.0)
+    try:
+        assert [_ints(_all(rounds, r, [0, 1])) for r in range(2)] == [[0, 1], [2, 3]]
+        assert _all(rounds, 2, [0, 1]) == [(None, False, True)] * 2
+    finally:
+        rounds.close()
+
+
+def test_a_consumer_restored_just_after_a_round_reads_the_same_element_again():
+    rounds = _rounds.RoundBuffer(_Stream(), num_consumers=2, bound_sec=10.0)
+    try:
+        first = _ints(_all(rounds, 0, [0, 1]))
+        assert int(rounds.take(0, 1)[0]) == first[1]  # taken already: kept a while
+        for r in range(1, 40):
+            _all(rounds, r, [0, 1])
+        assert _ints(_all(rounds, 0, [0, 1])) != first  # long gone: a new group
+    finally:
+        rounds.close()
+
+
+def _wait(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)  # polling the producer thread's state
