@@ -40,14 +40,20 @@ class RoundBuffer:
     (empty: the stream ended).
     """
 
-    def __init__(self, produce, num_consumers: int, bound_sec: float, ahead: int = 4,
+    def __init__(self, produce, num_consumers: int, bound_sec: float, ahead: int = 16,
                  consumer_timeout: float = 10.0):
         self._produce, self._c, self._bound = produce, num_consumers, bound_sec
         self._ahead, self._consumer_timeout = ahead, consumer_timeout
         self._seen: dict[int, float] = {}  # consumer -> when it last asked for a round
-        self._cond = threading.Condition()
+        # One lock; the producer waits for room on ``_room``, a round's consumers on their
+        # round's own condition (waking every waiter at each request cost more than the
+        # rounds saved).
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
         self._ready: collections.deque = collections.deque()  # groups not yet in a round
-        self._rounds: dict[int, list] = {}  # round -> [group or None, taken, first asked]
+        # round -> [group or None or "skipped", taken by, first asked, asked by, all asked at,
+        #           its condition]
+        self._rounds: dict[int, list] = {}
         self._taken: collections.deque = collections.deque()  # rounds every consumer took
         self._ended = False
         self._stop = False
@@ -58,26 +64,26 @@ class RoundBuffer:
     def _run(self) -> None:
         carry: list = []
         while True:
-            with self._cond:
+            with self._lock:
                 while len(self._ready) >= self._ahead and not self._stop:
-                    self._cond.wait()
+                    self._room.wait()
                 if self._stop:
                     return
             try:
                 elements, _ = self._produce(self._c - len(carry))
             except BaseException:  # the pipeline itself broke: no more rounds
                 elements = []
-            with self._cond:
+            with self._lock:
                 if not elements:
                     self._ended = True
-                    self._cond.notify_all()
+                    self._wake_waiting()
                     return
                 carry += elements
                 while len(carry) >= self._c:
                     self._ready.append(carry[:self._c])
                     carry = carry[self._c:]
                     self.stats["groups"] += 1
-                self._cond.notify_all()
+                self._wake_waiting()
 
     def take(self, round_index: int, consumer: int) -> tuple:
         """``(element, skipped, ended)`` of consumer ``consumer`` in round ``round_index``:
@@ -89,28 +95,29 @@ class RoundBuffer:
         nothing for ``consumer_timeout`` seconds. Once all asked, a round with no
         group ready within ``bound_sec`` is skipped, for all of them.
         """
-        with self._cond:
+        with self._lock:
             self.last_read = now = time.monotonic()
             self._seen[consumer] = now
             entry = self._rounds.get(round_index)
-            if entry is None:  # [group, taken by, first asked, asked by, all asked at]
-                entry = self._rounds[round_index] = [None, set(), now, set(), None]
+            if entry is None:
+                entry = self._rounds[round_index] = [None, set(), now, set(), None,
+                                                     threading.Condition(self._lock)]
                 self._expire(now)
             entry[3].add(consumer)
-            self._cond.notify_all()  # the others waiting for this consumer's request
+            entry[5].notify_all()  # the others of this round, waiting for this request
             while entry[0] is None:
                 now = time.monotonic()
                 waiting_for = self._live(now) - entry[3]
                 if waiting_for:  # until it asks, or it is gone
                     wake = min(self._seen[c] for c in waiting_for) + self._consumer_timeout
-                    self._cond.wait(timeout=max(0.01, wake - now))
+                    entry[5].wait(timeout=max(0.01, wake - now))
                     continue
                 if entry[4] is None:
                     entry[4] = now
                 if self._ready and self._oldest_waiting() == round_index:
                     entry[0] = self._ready.popleft()
                     self.stats["rounds"] += 1
-                    self._cond.notify_all()  # the producer: room for another group
+                    self._resolved(entry)
                     break
                 if self._ended and not self._ready:
                     return None, False, True
@@ -118,9 +125,9 @@ class RoundBuffer:
                 if left <= 0:
                     entry[0] = "skipped"
                     self.stats["skipped_rounds"] += 1
-                    self._cond.notify_all()
+                    self._resolved(entry)
                     break
-                self._cond.wait(timeout=left)
+                entry[5].wait(timeout=left)
             if entry[0] == "skipped":
                 return None, True, False
             if consumer not in entry[1]:
@@ -144,6 +151,18 @@ class RoundBuffer:
                 break
         return out
 
+    def _resolved(self, entry: list) -> None:
+        """A round got its group (or was skipped): its consumers, the producer (room for
+        another group) and the next round (now the oldest waiting) go on."""
+        entry[5].notify_all()
+        self._room.notify_all()
+        self._wake_waiting()
+
+    def _wake_waiting(self) -> None:
+        for entry in self._rounds.values():
+            if entry[0] is None:
+                entry[5].notify_all()
+
     def _oldest_waiting(self) -> int:
         return min(r for r, e in self._rounds.items() if e[0] is None)
 
@@ -152,10 +171,11 @@ class RoundBuffer:
             del self._rounds[r]
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._stop = True
-            self._cond.notify_all()
+            self._room.notify_all()
+            self._wake_waiting()
 
     def snapshot(self) -> dict:
-        with self._cond:
+        with self._lock:
             return {**self.stats, "ready_groups": len(self._ready)}

@@ -51,7 +51,7 @@ _SHARED_BLOCK = 4096
 # is skipped by every consumer.
 _ROUND_BOUND_SEC = 2.0
 # Runs of rounds a consumer requests ahead, the one it reads included.
-_RUNS_AHEAD = 2
+_RUNS_AHEAD = 3
 
 
 @dataclasses.dataclass(frozen=True)
