@@ -366,6 +366,33 @@ def test_shared_jobs_read_one_stream_computed_once(svc):
         b.close()
 
 
+def test_a_shared_job_that_falls_behind_skips_and_is_told(svc, tmp_path):
+    from jdata import service
+
+    small = service.start(namespace="jdata-small-window", worker_cpus=0.25,
+                          window_bytes=8 * 64, work_dir=str(tmp_path / "journal"))
+    try:
+        ds = jdata.range(N).map(lambda x: x * 2).repeat()
+        fast = ds.distribute(small, job_name="behind", sharing=True).iterator()
+        slow = ds.distribute(small, job_name="behind", sharing=True).iterator()
+        next(slow)
+        for _ in range(2000):
+            next(fast)
+        for _ in range(50):  # past what it had buffered: the window moved on meanwhile
+            next(slow)
+        reason = next(r for r in slow.stats().rows if r["stage"] == "distribute")
+        skipped = int(reason["engine_reason"].split(" elements skipped")[0].rsplit(" ", 1)[1])
+        assert skipped > 1000
+        job = _wait_for(lambda: next((j for j in small.status().jobs if j.name == "behind"
+                                      and j.skipped), None), 30, "the skip in the status")
+        assert job.skipped == skipped and 0 < job.shared_hit_rate < 1
+        fast.close()
+        slow.close()
+    finally:
+        small.stop()
+    assert _ray.ray_module().is_initialized()  # the module's service still runs
+
+
 def test_a_shared_job_restores_where_its_state_was(svc):
     it = _shared(svc, "restore").iterator()
     head = [int(next(it)) for _ in range(50)]
@@ -459,6 +486,22 @@ def test_a_killed_worker_keeps_coordinated_consumers_in_lock_step(svc):
             it.close()
     _wait_for(lambda: len([w for w in svc.status().workers if w.state == "running"]) == 2, 60,
               "the killed worker replaced")
+
+
+def test_a_worker_that_joins_takes_rounds_from_a_round_all_consumers_agree_on(svc):
+    its = [_coordinated(svc, "joining", i).iterator() for i in range(2)]
+    try:
+        (a, b), _ = _replicas(its, 160, at_step=10, action=lambda: svc.scale(3))
+        assert [y - x for x, y in zip(a, b)] == [1] * 160  # lock-step across the change
+        job = next(j for j in svc.status().jobs if j.name == "joining")
+        entries = _ray.ray_module().get(svc._dispatcher.schedule.remote(
+            job.job_id, "probe", None))[0]
+        assert len(entries) == 2 and len(entries[1][1]) == 3 and entries[1][0] >= 64
+        assert entries[1][0] % 8 == 0 and entries[1][0] < 160  # applied within the read
+    finally:
+        for it in its:
+            it.close()
+        svc.scale(2)
 
 
 def test_a_consumer_that_stops_does_not_hold_the_others(svc):
