@@ -11,8 +11,9 @@ thread, and sharing keeps the bound per source rather than per thread.
 Files are closed by dropping their handles, not by ``close()``: the native
 readers (ArrayRecord's, pyarrow's) close their file when the last reference
 goes. That reference may be a thread still reading a file that another
-thread has just evicted, so reads of open files take no lock (a lock around
-each read cost a full shuffle 12%), and the set, with every file in it, goes
+thread has just evicted, so reads of open files take no lock here (a lock around
+each read cost a full shuffle 12%; Parquet's reader locks per file, as pyarrow's
+file readers cannot be read by two threads at once), and the set, with every file in it, goes
 when the last reader of the source does (``IndexIterator.close()`` lets go
 of its reader).
 """

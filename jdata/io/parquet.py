@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import threading
 from typing import ClassVar
 
 import numpy as np
@@ -29,6 +30,23 @@ def _pq():
 def open_file(path: str):
     source = path if not _paths.is_url(path) else _paths.open_binary(path)
     return _pq().ParquetFile(source)
+
+
+class _SharedFile:
+    """An open Parquet file that the reader threads of a parallel pipeline share: one
+    row group read at a time per file (two threads reading one ``pyarrow.ParquetFile``
+    at once hung, both inside ``read_row_group``, in a full shuffle read by a parallel
+    map); other files read in parallel."""
+
+    __slots__ = ("_file", "_lock")
+
+    def __init__(self, path: str):
+        self._file = open_file(path)
+        self._lock = threading.Lock()
+
+    def read_row_group(self, group: int, columns=None):
+        with self._lock:
+            return self._file.read_row_group(group, columns=columns)
 
 
 def _check_type(name: str, arrow_type) -> None:
@@ -121,7 +139,7 @@ class _Reader:
     def __init__(self, node: ParquetNode, ctx, epoch: int):
         self._node = node
         self._starts = [0, *np.cumsum([rows for _, _, rows in node.groups]).tolist()]
-        self._files = _open_files.shared(node, node.paths, open_file)
+        self._files = _open_files.shared(node, node.paths, _SharedFile)
         self._cached: tuple | None = None  # (group, names, NumPy columns, null masks)
 
     def __len__(self) -> int:
