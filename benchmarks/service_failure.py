@@ -110,28 +110,42 @@ def run(svc, kind: str, elements: int = ELEMENTS, delay: float = DELAY_SEC,
     kill_at = elements // 10 if kill_at is None else kill_at
     expected = [int(x) for x in pipeline(elements, 0.0)]
     # Closed even at its end: an open iterator keeps a heartbeat thread calling Ray.
+    def kill(before):
+        os.kill(before.workers[0].pid if kind == "worker" else before.dispatcher.pid,
+                signal.SIGKILL)
+
     with pipeline(elements, delay).distribute(svc).iterator() as it:
-        got, times, killed, seen = _read_with_kill(svc, kind, it, kill_at)
-    check_exactly_once(got, expected)
-    gaps = np.diff([killed] + times[kill_at:])
-    result = {"elements": len(got), "exactly_once": True, "same_order": True,
-              "next_element_s": float(gaps[0]), "stall_s": float(gaps.max()),
-              "stall_before_s": float(np.diff(times[:kill_at]).max(initial=0.0))}
+        got, times, killed, seen = _read_with_failure(
+            svc, it, kill_at, kill, "replacement_up_s" if kind == "worker" else
+            "dispatcher_back_s")
     keys = ("replacement_up_s", "replacement_first_s") if kind == "worker" else \
         ("dispatcher_back_s",)
+    return _result(got, expected, times, killed, kill_at, seen, keys)
+
+
+def _result(got: list, expected: list, times: list, failed: float, at: int, seen: dict,
+            keys: tuple) -> dict:
+    """The figures of a run failed after ``at`` elements (raises unless exactly once, in
+    the local order)."""
+    check_exactly_once(got, expected)
+    gaps = np.diff([failed] + times[at:])
+    result = {"elements": len(got), "exactly_once": True, "same_order": True,
+              "next_element_s": float(gaps[0]), "stall_s": float(gaps.max()),
+              "stall_before_s": float(np.diff(times[:at]).max(initial=0.0))}
     result.update({key: seen.get(key) for key in keys})  # first element None: the epoch ended
     return result
 
 
-def _read_with_kill(svc, kind: str, it, kill_at: int):
-    """The elements and their times, the kill's time and what the watcher saw."""
+def _read_with_failure(svc, it, at: int, fail, until: str):
+    """Reads ``it`` to its end, calling ``fail(svc.status())`` after ``at`` elements: the
+    elements and their times, the failure's time and what the watcher saw (waiting for
+    ``until`` when the epoch ended first)."""
     got, times = [], []
-    for _ in range(kill_at):
+    for _ in range(at):
         got.append(int(next(it)))
         times.append(time.perf_counter())
     before = svc.status()
-    os.kill(before.workers[0].pid if kind == "worker" else before.dispatcher.pid,
-            signal.SIGKILL)
+    fail(before)
     killed = time.perf_counter()
     watcher = _Watcher(svc, before, killed)
     try:
@@ -141,8 +155,7 @@ def _read_with_kill(svc, kind: str, it, kill_at: int):
     except BaseException:
         watcher.finish()  # before anything shuts Ray down: a status call would start one again
         raise
-    # Up, even when the epoch ended first.
-    seen = watcher.finish(until="replacement_up_s" if kind == "worker" else "dispatcher_back_s")
+    seen = watcher.finish(until=until)  # up, even when the epoch ended first
     return got, times, killed, seen
 
 
@@ -196,33 +209,19 @@ def node_removal(scale: float = 1.0) -> dict:
             svc = service.start(address=nodes.address, num_workers=2, worker_cpus=0.6,
                                 work_dir=journal)
             try:
+                def remove(before):
+                    nodes.remove_node(next(n for n in added if n.node_id in
+                                           {w.node_id for w in before.workers}))
+
                 with pipeline(elements, DELAY_SEC).distribute(svc).iterator() as it:
-                    got, times = [], []
-                    for _ in range(kill_at):
-                        got.append(int(next(it)))
-                        times.append(time.perf_counter())
-                    before = svc.status()
-                    victim = next(n for n in added
-                                  if n.node_id in {w.node_id for w in before.workers})
-                    nodes.remove_node(victim)
-                    removed = time.perf_counter()
-                    watcher = _Watcher(svc, before, removed)
-                    try:
-                        for x in it:
-                            got.append(int(x))
-                            times.append(time.perf_counter())
-                    finally:
-                        seen = watcher.finish(until="replacement_up_s")
+                    got, times, removed, seen = _read_with_failure(
+                        svc, it, kill_at, remove, "replacement_up_s")
             finally:
                 svc.stop()
     finally:
         nodes.shutdown()
-    check_exactly_once(got, expected)
-    gaps = np.diff([removed] + times[kill_at:])
-    result = {"elements": len(got), "exactly_once": True, "same_order": True,
-              "next_element_s": float(gaps[0]), "stall_s": float(gaps.max()),
-              "replacement_up_s": seen.get("replacement_up_s"),
-              "replacement_first_s": seen.get("replacement_first_s")}
+    result = _result(got, expected, times, removed, kill_at, seen,
+                     ("replacement_up_s", "replacement_first_s"))
     waits = [result["stall_s"]] + [v for k, v in result.items()
                                    if k.startswith("replacement") and v is not None]
     print(f"  removal of a worker's node (3 nodes on 127.0.0.1) after {kill_at:,} of "

@@ -156,8 +156,7 @@ class DatasetIterator:
         if not self._closed:
             self._closed = True
             self._root.close()
-            if self._ctx._tuner is not None:
-                self._ctx._tuner.stop()
+            self._ctx.stop_tuner()
 
     def __enter__(self):
         return self

@@ -31,3 +31,8 @@ class Context:
             self._tuner = autotune.Autotuner(
                 options.autotune, options.cpu_budget or executors.usable_cores())
         return self._tuner
+
+    def stop_tuner(self) -> None:
+        """Stops the autotuner's thread, if one was started (the pipeline is closing)."""
+        if self._tuner is not None:
+            self._tuner.stop()

@@ -36,8 +36,8 @@ _KEEP_TAKEN = 16
 class RoundBuffer:
     """One coordinated job's rounds on one worker; thread-safe.
 
-    ``produce(n)`` returns ``(elements, failure places)`` with at most ``n`` elements
-    (empty: the stream ended).
+    ``produce(n)`` returns ``(elements, failure places, bytes)`` with at most ``n``
+    elements (empty: the stream ended).
     """
 
     def __init__(self, produce, num_consumers: int, bound_sec: float, ahead: int = 16,
@@ -70,7 +70,7 @@ class RoundBuffer:
                 if self._stop:
                     return
             try:
-                elements, _ = self._produce(self._c - len(carry))
+                elements = self._produce(self._c - len(carry))[0]
             except BaseException:  # the pipeline itself broke: no more rounds
                 elements = []
             with self._lock:

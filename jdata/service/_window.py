@@ -19,8 +19,6 @@ import collections
 import threading
 import time
 
-from jdata.service import _blocks
-
 # A read waits at most this long for the consumer's earlier reads (one lost on the way
 # would otherwise hold the ones after it).
 _TURN_WAIT_SEC = 30.0
@@ -147,6 +145,9 @@ class SharedWindow:
                     self._bytes -= dropped_bytes
                     self._start = start + len(dropped)
 
+    def close(self) -> None:
+        """Nothing runs in a window between reads (its job's buffers close alike)."""
+
     def forget(self, consumer: str) -> None:
         with self._lock:
             self._cursors.pop(consumer, None)
@@ -158,10 +159,3 @@ class SharedWindow:
                     "window_elements": self._end - self._start,
                     "consumers": len(self._cursors)}
 
-
-def block_of(it, n: int, exact) -> tuple[list, tuple, int]:
-    """The next block of a shared stream's iterator, element by element (``exact``), so
-    that a failing element is kept in its place: nothing is lost."""
-    elements, failures = exact(it, n)
-    payload = _blocks.encode(elements, failures)
-    return elements, failures, _blocks.nbytes(payload, elements)

@@ -218,8 +218,7 @@ class SplitIterator:
         if self._it is not None:
             it, self._it = self._it, None
             it.close()
-            if self._ctx._tuner is not None:
-                self._ctx._tuner.stop()
+            self._ctx.stop_tuner()
 
     def __enter__(self):
         return self

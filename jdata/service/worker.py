@@ -155,6 +155,17 @@ class Worker:
             entry[0].forget(consumer)
 
     def _window(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int):
+        return self._job_buffer(job_id, fingerprint, plan_ref, epoch, lambda produce:
+                                _window.SharedWindow(produce, self._window_bytes, FIRST_BLOCK,
+                                                     functools.partial(
+                                                         next_block_size,
+                                                         block_sec=SHARED_BLOCK_SEC)))
+
+    def _job_buffer(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int, make):
+        """The buffer of a shared or coordinated job on this worker (made on its first
+        read by ``make(produce)``): ``produce(n)`` gives the next at most ``n`` outcomes of
+        the job's stream one by one, a failing element kept in its place, as
+        ``(elements, failure places, bytes)``."""
         with self._lock:
             entry = self._windows.get(job_id)
         if entry is not None:
@@ -163,16 +174,16 @@ class Worker:
 
         def produce(n: int):
             began = time.perf_counter()
-            block = _window.block_of(it, n, _exact)
-            self._stats.add(len(block[0]), block[2], time.perf_counter() - began)
-            return block
+            elements, failures = _exact(it, n)
+            nbytes = _blocks.nbytes(elements, elements)
+            self._stats.add(len(elements), nbytes, time.perf_counter() - began)
+            return elements, failures, nbytes
 
-        window = _window.SharedWindow(produce, self._window_bytes, FIRST_BLOCK,
-                                      functools.partial(next_block_size,
-                                                        block_sec=SHARED_BLOCK_SEC))
+        buffer = make(produce)
         with self._lock:
-            entry = self._windows.setdefault(job_id, (window, it))
-        if entry[0] is not window:  # another read made it first
+            entry = self._windows.setdefault(job_id, (buffer, it))
+        if entry[0] is not buffer:  # another read made it first
+            buffer.close()
             it.close()
         return entry[0]
 
@@ -196,26 +207,8 @@ class Worker:
 
     def _rounds_of(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int,
                    num_consumers: int, bound_sec: float):
-        with self._lock:
-            entry = self._windows.get(job_id)
-        if entry is not None:
-            return entry[0]
-        it = self._stream_of(fingerprint, plan_ref, epoch)
-
-        def produce(n: int):
-            began = time.perf_counter()
-            elements, failures = _exact(it, n)
-            nbytes = _blocks.nbytes(elements, elements)
-            self._stats.add(len(elements), nbytes, time.perf_counter() - began)
-            return elements, failures
-
-        rounds = _rounds.RoundBuffer(produce, num_consumers, bound_sec)
-        with self._lock:
-            entry = self._windows.setdefault(job_id, (rounds, it))
-        if entry[0] is not rounds:
-            rounds.close()
-            it.close()
-        return entry[0]
+        return self._job_buffer(job_id, fingerprint, plan_ref, epoch, lambda produce:
+                                _rounds.RoundBuffer(produce, num_consumers, bound_sec))
 
     def _stream_of(self, fingerprint: str, plan_ref: list, epoch: int):
         """The whole plan's iterator, with randomness of this worker's own."""
@@ -235,8 +228,7 @@ class Worker:
                     if now - w.last_read > self._idle_sec]
             dropped = [self._windows.pop(job_id) for job_id in idle]
         for buffer, it in dropped:
-            if isinstance(buffer, _rounds.RoundBuffer):
-                buffer.close()
+            buffer.close()
             it.close()
 
     def _plan(self, fingerprint: str, plan_ref: list) -> tuple:
