@@ -21,11 +21,12 @@ from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 from jdata._iterator import DatasetIterator, Epochs
 from jdata._options import Options
-from jdata.ops import (batch, bucket_by_sequence_length, cache, concatenate, enumerate as
-                       enumerate_op, filter as filter_op, flat_map, group_by_window,
-                       ignore_errors, interleave, map as map_op, options as options_op,
-                       padded_batch, prefetch, random_map, rebatch, repeat, scan, shard,
-                       shuffle, skip, take, take_while, unbatch, unique, window)
+from jdata.ops import (autocache as autocache_op, batch, bucket_by_sequence_length, cache,
+                       concatenate, enumerate as enumerate_op, filter as filter_op, flat_map,
+                       group_by_window, ignore_errors, interleave, map as map_op,
+                       options as options_op, padded_batch, prefetch, random_map, rebatch,
+                       repeat, scan, shard, shuffle, skip, take, take_while, unbatch, unique,
+                       window)
 from jdata.runtime import engine
 from jdata.runtime.context import Context
 from jdata.runtime.udf import check_callable
@@ -738,6 +739,39 @@ class Dataset:
             raise TypeError(f"snapshot: path={path!r} must be a directory path")
         directory = file_cache.snapshot_directory(path, self._node)
         return Dataset(file_cache.FileCacheNode(self._node, directory, snapshot=True))
+
+    def autocache(self, mode: str | None = None) -> Dataset:
+        """Marks a candidate cache point for the data service (``jdata.service``).
+
+        Cachew's autocaching: in the first epoch of a job, the service measures
+        what it costs to compute the pipeline, to read the elements at this
+        marker back from a cache (then only the ops above the marker run), and
+        to read the pipeline's whole output back, and from the next epoch on it
+        uses the fastest. Elements stay the same in every case; a cache is
+        never taken where it would freeze randomness that must be drawn anew
+        each epoch (a ``shuffle(key)`` or ``random_map`` below the point it
+        would cache). Locally, without the service, the marker does nothing
+        and costs nothing. A pipeline has at most one marker.
+
+        Args:
+          mode: ``None`` lets the service decide. ``"compute"`` (never cache),
+            ``"marker"`` (cache the elements here) or ``"output"`` (cache the
+            pipeline's output) force that choice, for users who know and for
+            benchmarks; forcing a cache the pipeline cannot have is an error.
+
+        >>> import jdata
+        >>> ds = jdata.range(4).map(lambda x: x * 10).autocache().map(lambda x: x + 1)
+        >>> [int(x) for x in ds]
+        [1, 11, 21, 31]
+        """
+        if mode is not None and (not isinstance(mode, str) or mode not in autocache_op.MODES):
+            raise ValueError(f"autocache: mode={mode!r} is not one of None (the service "
+                             f"decides), {', '.join(map(repr, autocache_op.MODES))}")
+        if any(isinstance(n, autocache_op.AutocacheNode) for n in _plan.walk(self._node)):
+            raise ValueError("autocache: this pipeline has a marker already, and a pipeline "
+                             "has at most one; keep only the autocache() where a cache "
+                             "would save the most")
+        return Dataset(autocache_op.AutocacheNode(self._node, mode))
 
     def save(self, path: str) -> dict:
         """Writes every element to a new directory ``path`` that ``jdata.load(path)`` reads.

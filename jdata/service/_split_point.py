@@ -16,6 +16,7 @@ import dataclasses
 from jdata._constants import INFINITE
 from jdata._plan import Node
 from jdata.io.records import ShardedRecordsNode, TextLinesNode, TFRecordNode
+from jdata.ops.autocache import AutocacheNode
 from jdata.ops.batch import BatchNode
 from jdata.ops.filter import FilterNode
 from jdata.ops.flat_map import FlatMapNode
@@ -40,7 +41,7 @@ LOCAL = "local"
 # by position): only the multiset of elements, which is all a files split promises.
 PER_SPLIT = "per_split"
 
-_ROLES = {MapNode: SAME, PrefetchNode: SAME, OptionsNode: SAME,
+_ROLES = {MapNode: SAME, PrefetchNode: SAME, OptionsNode: SAME, AutocacheNode: SAME,
           FilterNode: LOCAL, UnbatchNode: LOCAL, IgnoreErrorsNode: LOCAL,
           FlatMapNode: PER_SPLIT, BatchNode: PER_SPLIT, PaddedBatchNode: PER_SPLIT,
           MapBatchNode: PER_SPLIT, ShuffleNode: PER_SPLIT, RandomMapNode: PER_SPLIT,
