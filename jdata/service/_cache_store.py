@@ -18,7 +18,8 @@ same elements, so the first one wins and the others drop their copies.
 
 Everything read back is untrusted input (anyone with access to the store
 may have changed it): the manifest and each part's metadata are checked
-(``saved.read_metadata``), and each shard's record count against them.
+(``saved.read_metadata``), and, by ``load_node``, each shard's record count
+against them.
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ def _filesystem(url: str):
     return fs, path
 
 
-def _read_part(store_dir: str, fp: str, index: int):
-    """Part ``index``'s checked ``LoadNode`` (its shards' record counts too)."""
+def _part_metadata(store_dir: str, fp: str, index: int) -> tuple[str, dict]:
+    """Part ``index``'s path and checked metadata: written last, so the part is complete."""
     path = part_path(store_dir, fp, index)
     metadata = saved.read_metadata(path)
     if metadata is None:
@@ -114,7 +115,7 @@ def _read_part(store_dir: str, fp: str, index: int):
     if metadata.get("fingerprint") != fp:
         raise ValueError(f"{_OP}: {path} holds the elements of {metadata.get('fingerprint')!r}"
                          f", not of {fp}: the store was changed; write the part again")
-    return load_op.node(path, metadata), metadata
+    return path, metadata
 
 
 def write_manifest(store_dir: str, fp: str, parts: int) -> dict:
@@ -122,15 +123,17 @@ def write_manifest(store_dir: str, fp: str, parts: int) -> dict:
     if not _is_count(parts) or parts < 1:
         raise ValueError(f"{_OP}: parts={parts!r} must be an int >= 1")
     structure, elements, nbytes = None, 0, 0
+    # Metadata only: counting each shard's records would copy a URL store's shards here.
     for index in range(parts):
-        node, metadata = _read_part(store_dir, fp, index)
+        _, metadata = _part_metadata(store_dir, fp, index)
         if metadata["cardinality"]:
             if elements and metadata["structure"] != structure:
                 raise ValueError(f"{_OP}: part {index} of cache {fp} has elements of "
-                                 f"structure {metadata['structure']}, part 0's are {structure}")
+                                 f"structure {metadata['structure']}, the parts before it "
+                                 f"{structure}")
             structure = metadata["structure"]
         elements += metadata["cardinality"]
-        nbytes += metadata.get("bytes", 0) if _is_count(metadata.get("bytes")) else 0
+        nbytes += metadata["bytes"] if _is_count(metadata.get("bytes")) else 0
     manifest = {"format": FORMAT, "fingerprint": fp, "parts": parts, "elements": elements,
                 "bytes": nbytes, "structure": structure}
     _write_atomically(join(store_dir, fp, MANIFEST), json.dumps(manifest).encode())
@@ -189,7 +192,8 @@ def load_node(store_dir: str, fp: str, manifest: dict) -> load_op.LoadNode:
     _check_manifest(manifest, fp, join(store_dir, fp, MANIFEST))
     paths, lengths = [], []
     for index in range(manifest["parts"]):
-        node, metadata = _read_part(store_dir, fp, index)
+        path, metadata = _part_metadata(store_dir, fp, index)
+        node = load_op.node(path, metadata)  # each shard's record count checked
         if metadata["cardinality"] and metadata["structure"] != manifest["structure"]:
             raise ValueError(f"{_OP}: part {index} of cache {fp} has elements of structure "
                              f"{metadata['structure']}, the manifest says "

@@ -172,7 +172,9 @@ def estimates(profile: Profile, allowed: dict) -> dict:
     every = {"compute": profile.compute_sec,
              "marker": per_output * profile.read_marker_sec + above,
              "output": profile.read_output_sec}
-    return {mode: sec for mode, sec in every.items() if allowed.get(mode) is None}
+    # Computing is always possible: it stores nothing.
+    return {mode: sec for mode, sec in every.items()
+            if mode == "compute" or allowed.get(mode) is None}
 
 
 def decide(profile: Profile | None, allowed: dict, forced: str | None = None) -> Decision:

@@ -147,6 +147,8 @@ def test_modes_not_allowed_are_never_chosen_and_say_why():
     assert "not possible: output: shuffle above the marker" in decision.reason
     neither = {"compute": None, "marker": "why not", "output": "why not"}
     assert autocache.decide(fast_caches, neither).mode == "compute"
+    # Computing stores nothing, so it is always possible.
+    assert autocache.decide(fast_caches, {**neither, "compute": "ignored"}).mode == "compute"
 
 
 def test_a_forced_mode_wins_if_allowed():
@@ -370,3 +372,11 @@ def test_an_empty_part_keeps_the_others_in_order(tmp_path):
     assert manifest["elements"] == 3 and manifest["structure"] is not None
     ds = jdata.Dataset(autocache.load_node(store, FP, manifest))
     assert_same_sequence(take_list(ds), parts[0] + parts[2])
+
+
+def test_parts_of_other_structures_do_not_make_one_cache(tmp_path):
+    store = str(tmp_path)
+    autocache.write_part(store, FP, 0, PARTS[0])
+    autocache.write_part(store, FP, 1, [np.arange(3)])
+    with pytest.raises(ValueError, match="part 1 of cache .* has elements of structure None"):
+        autocache.write_manifest(store, FP, 2)
