@@ -9,7 +9,9 @@ by each pipeline) steps/sec, the fraction of it spent waiting for input, and
 the ratio to an ideal pipeline; for ``optimizer`` jdata's rewrites against jdata
 without them; for ``service`` (``jdata.service`` on a local Ray) its scale-out,
 transfer rate, overhead and recovery against issue 13's targets, and for
-``service_sharing`` the CPU and throughput of jobs sharing one stream (issue 14).
+``service_sharing`` the CPU and throughput of jobs sharing one stream (issue 14);
+``service_cachew`` Cachew's autoscaler (convergence to the demand) and autocache (the
+fig. 8 regimes) (issue 15).
 Absolute times on a shared machine are noise; compare ratios within one run.
 """
 
@@ -19,12 +21,12 @@ import argparse
 import time
 
 from benchmarks import (cv, feed, nlp, optimizer, overhead, parse_example, service,
-                        service_sharing, shuffle_buffer, storage)
+                        service_cachew, service_sharing, shuffle_buffer, storage)
 
 WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer,
              "storage": storage, "shuffle_buffer": shuffle_buffer,
              "parse_example": parse_example, "service": service,
-             "service_sharing": service_sharing}
+             "service_sharing": service_sharing, "service_cachew": service_cachew}
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 
@@ -141,12 +143,15 @@ def main(argv=None) -> None:
             shuffle_buffer.report(args.scale, args.repeats, systems=args.systems)
         elif name == "parse_example":
             parse_example.report(args.scale, args.repeats, systems=args.systems)
-        elif name in ("service", "service_sharing"):
+        elif name in ("service", "service_sharing", "service_cachew"):
             try:
                 if name == "service":
                     service.report(args.scale, args.repeats)
-                else:
+                elif name == "service_sharing":
                     service_sharing.report(args.repeats)
+                else:
+                    service_cachew.report_autocache(args.repeats)
+                    service_cachew.report()
             except ImportError as e:
                 print(f"== {name}: not installed ({e}); pip install 'jdata[service]'")
         elif name == "storage":

@@ -60,8 +60,11 @@ def _parser() -> argparse.ArgumentParser:
                     "a detached service on that cluster, and this command returns.")
     _common(start, None, "a running Ray cluster ('auto', 'host:6379', 'ray://host:10001'); "
                          "default: start a local one")
-    start.add_argument("--num-workers", type=_positive(int), default=1, metavar="N",
-                       help="worker actors to keep running (default 1)")
+    start.add_argument("--num-workers", type=_workers, default="auto", metavar="N",
+                       help="worker actors to keep running, or 'auto' (the default): "
+                            "Cachew's autoscaler sets the count")
+    start.add_argument("--max-workers", type=_positive(int), default=None, metavar="N",
+                       help="the autoscaler's bound (default: what the cluster's CPUs hold)")
     start.add_argument("--worker-cpus", type=_positive(float, zero=True), default=1.0,
                        metavar="C", help="CPUs each worker declares to Ray (default 1)")
     start.add_argument("--work-dir", default=None, metavar="DIR",
@@ -95,13 +98,20 @@ def _positive(kind, zero: bool = False):
     return parse
 
 
+def _workers(text: str) -> int:
+    from jdata._constants import AUTOTUNE
+
+    return AUTOTUNE if text == "auto" else _positive(int)(text)
+
+
 def _start(args) -> int:
     from jdata import service
     from jdata.service import _ray
 
     if args.address is not None:
         _ray.send_local_token(args.address)
-    svc = service.start(args.address, num_workers=args.num_workers, work_dir=args.work_dir,
+    svc = service.start(args.address, num_workers=args.num_workers,
+                        max_workers=args.max_workers, work_dir=args.work_dir,
                         namespace=args.namespace, worker_cpus=args.worker_cpus)
     address = _resolved(args.address, _ray.ray_module())
     print(f"jdata service running at {address} (namespace {args.namespace})")

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+import jdata
 from jdata import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -47,12 +48,21 @@ def test_help_names_every_option(argv, capsys):
     ("--num-workers", "0", "--num-workers: 0 must be > 0"),
     ("--num-workers", "two", "--num-workers: 'two' is not a number"),
     ("--worker-cpus", "-1", "--worker-cpus: -1 must be >= 0"),
+    ("--max-workers", "0", "--max-workers: 0 must be > 0"),
 ])
 def test_bad_start_arguments_are_usage_errors(option, value, message, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["service", "start", option, value])
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_worker_count_is_the_autoscalers_unless_given():
+    parse = cli._parser().parse_args
+    assert parse(["service", "start"]).num_workers == jdata.AUTOTUNE
+    assert parse(["service", "start", "--num-workers", "auto"]).num_workers == jdata.AUTOTUNE
+    args = parse(["service", "start", "--num-workers", "3", "--max-workers", "5"])
+    assert (args.num_workers, args.max_workers) == (3, 5)
 
 
 @pytest.mark.parametrize("scheme", ["", "ray://"])

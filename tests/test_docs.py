@@ -21,7 +21,6 @@ import re
 
 import pytest
 
-import jdata
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ("docs/migration.md", "docs/design.md", "docs/service.md")
@@ -29,7 +28,6 @@ _FENCE = re.compile(r"^```(\S*)[ \t]*([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _TAGS = ("", "tf.data", "planned")
 # What "planned" blocks may use, and how to tell that it is still missing.
 _PLANNED = {
-    ".autocache(": lambda: not hasattr(jdata.Dataset, "autocache"),
     "sharing=True": lambda: "sharing" not in _built_distribute_arguments(),
 }
 

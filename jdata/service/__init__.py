@@ -23,6 +23,7 @@ import tempfile
 import time
 import warnings
 
+from jdata._constants import AUTOTUNE
 from jdata.service import _ray
 from jdata.service.client import ServiceRef
 from jdata.service.dispatcher import NAME as _DISPATCHER
@@ -102,10 +103,67 @@ class JobStatus:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScalingDecision:
+    """One autoscaler interval: at ``time`` (seconds, the dispatcher's monotonic clock)
+    with ``workers`` running, the measured ``batch_sec`` (the consumers' seconds per
+    element, waits included), ``demand`` (elements/s they would take without waiting),
+    ``capacity`` (elements per busy second of a worker) and ``queue_fill``; the
+    decision: ``target`` workers, the policy's ``phase`` and the ``reason``."""
+
+    time: float
+    workers: int
+    target: int
+    phase: str
+    reason: str
+    batch_sec: float
+    demand: float
+    capacity: float
+    queue_fill: float
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoscalerStatus:
+    """``num_workers=jdata.AUTOTUNE``: the worker count it aims at, its bounds and phase
+    ("estimate", "up", "down", "converging", "converged"), the workers draining before
+    removal, and its decisions, oldest first."""
+
+    target: int
+    min_workers: int
+    max_workers: int
+    phase: str
+    draining: list
+    decisions: list
+
+
+@dataclasses.dataclass(frozen=True)
+class AutocacheStatus:
+    """A pipeline with an ``autocache()`` marker (``job``: its fingerprint): ``state`` of
+    its last epoch ("compute", "put": writing the cache, "get": reading it), the ``mode``
+    chosen ("compute", "marker", "output"; None while profiling), the ``reason`` for the
+    last epoch's state, ``chosen``: the decision's reason, with the ``estimates`` behind
+    it (seconds per output element per mode) and the ``profile``
+    (``autocache.Profile``'s fields); ``keys``: the fingerprints of the prefixes its caches
+    are kept under; ``written``: the cache it wrote (point, elements, bytes, parts,
+    seconds), if it wrote one."""
+
+    job: str
+    state: str
+    mode: str | None
+    reason: str
+    chosen: str
+    estimates: dict
+    profile: dict | None
+    keys: dict
+    written: dict | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ServiceStatus:
     dispatcher: ProcessInfo
     workers: list
     jobs: list
+    autoscaler: AutoscalerStatus | None = None
+    autocache: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
         lines = [f"dispatcher pid {self.dispatcher.pid} on node {self.dispatcher.node_id}",
@@ -128,6 +186,17 @@ class ServiceStatus:
                   + (f"; coordinated: {j.rounds:,} rounds read, {j.skipped_rounds:,} skipped, "
                      f"{j.round_wait_sec * 1e3:,.1f} ms mean wait" if j.coordinated else "")
                   for j in self.jobs]
+        a = self.autoscaler
+        if a is not None:
+            lines.append(f"autoscaler: {a.target} workers ({a.phase}; within [{a.min_workers}, "
+                         f"{a.max_workers}]), {len(a.draining)} draining")
+            lines += [f"  {d.time:10.1f} s: {d.workers} -> {d.target} ({d.phase}; batch "
+                      f"{d.batch_sec * 1e3:,.2f} ms, demand {d.demand:,.0f}/s, capacity "
+                      f"{d.capacity:,.0f}/s per worker): {d.reason}"
+                      for d in a.decisions[-5:]]
+        lines += [f"autocache {c.job[:12]}: {c.state}, mode {c.mode}: {c.reason}"
+                  + (f" (chosen: {c.chosen})" if c.chosen and c.chosen != c.reason else "")
+                  for c in self.autocache]
         return "\n".join(lines)
 
 
@@ -147,19 +216,64 @@ class Service:
         names = {f.name for f in dataclasses.fields(WorkerStatus)}
         workers = [WorkerStatus(**{k: v for k, v in w.items() if k in names})
                    for w in raw["workers"]]
+        scaling = raw.get("autoscaler")
+        if scaling is not None:
+            scaling = AutoscalerStatus(**{**scaling, "decisions": [
+                ScalingDecision(**d) for d in scaling["decisions"]]})
         return ServiceStatus(ProcessInfo(**raw["dispatcher"]), workers,
-                             [JobStatus(**j) for j in raw["jobs"]])
+                             [JobStatus(**j) for j in raw["jobs"]], scaling,
+                             [AutocacheStatus(**c) for c in raw.get("autocache", ())])
 
     def scale(self, num_workers: int, *, timeout: float = 60.0) -> None:
-        """Sets the number of workers (a removed worker's leases are read elsewhere).
+        """Sets a fixed number of workers (a removed worker's leases are read elsewhere),
+        which stops the autoscaler; ``jdata.AUTOTUNE`` hands the count back to it.
 
         Waits up to ``timeout`` seconds for new workers to run, then warns: the
         others get leases once they start (when the cluster has room for them).
         """
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"scale: num_workers={num_workers!r} must be an int >= 1")
+        _check_workers(num_workers, "scale")
         _ray.ray_module().get(self._dispatcher.scale.remote(num_workers))
-        _wait_for_workers(self._dispatcher, num_workers, "scale", timeout)
+        if num_workers != AUTOTUNE:
+            _wait_for_workers(self._dispatcher, num_workers, "scale", timeout)
+
+    def plot_scaling(self, path: str | None = None):
+        """The autoscaler's decisions as a figure (``pip install 'jdata[plot]'``): the
+        worker count and the consumers' batch time over time, a marker per decision.
+        Saved to ``path`` when given; returns the matplotlib ``Figure``."""
+        try:
+            import matplotlib
+
+            if path is not None:
+                matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            raise ImportError("plot_scaling needs matplotlib: pip install 'jdata[plot]'") \
+                from e
+        scaling = self.status().autoscaler
+        if scaling is None:
+            raise ValueError("plot_scaling: this service has a fixed worker count; start it "
+                             "with num_workers=jdata.AUTOTUNE (or svc.scale(jdata.AUTOTUNE))")
+        decisions = scaling.decisions
+        t0 = decisions[0].time if decisions else 0.0
+        times = [d.time - t0 for d in decisions]
+        fig, workers_ax = plt.subplots(figsize=(8, 4))
+        workers_ax.step(times, [d.target for d in decisions], where="post", color="C0",
+                        label="workers decided")
+        workers_ax.plot(times, [d.workers for d in decisions], "o", color="C0",
+                        label="workers measured")
+        workers_ax.set_xlabel("seconds")
+        workers_ax.set_ylabel("workers")
+        batch_ax = workers_ax.twinx()
+        batch_ax.plot(times, [d.batch_sec * 1e3 for d in decisions], "s--", color="C1",
+                      label="batch time (ms per element)")
+        batch_ax.set_ylabel("ms per element")
+        fig.legend(loc="upper right")
+        workers_ax.set_title(f"jdata.service autoscaler: {scaling.phase}, "
+                             f"{scaling.target} workers")
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path)
+        return fig
 
     def stop(self) -> None:
         """Stops the workers and the dispatcher (and the embedded Ray this process started)."""
@@ -183,18 +297,31 @@ class Service:
         self.stop()
 
 
-def start(address: str | None = None, num_workers: int = 1, max_workers: int | None = None,
+def _check_workers(num_workers, what: str) -> None:
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or (
+            num_workers < 1 and num_workers != AUTOTUNE):
+        raise ValueError(f"{what}: num_workers={num_workers!r} must be an int >= 1 or "
+                         "jdata.AUTOTUNE")
+
+
+def start(address: str | None = None, num_workers: int = AUTOTUNE,
+          max_workers: int | None = None,
           work_dir: str | None = None, namespace: str = "jdata", *, worker_cpus: float = 1.0,
           split_elements: int | None = None, client_timeout: float = CLIENT_TIMEOUT_SEC,
-          window_bytes: int | None = None, **ray_init_kw) -> Service:
+          window_bytes: int | None = None, cache_dir: str | None = None,
+          **ray_init_kw) -> Service:
     """Starts the service (or joins the dispatcher that runs in ``namespace``, as it is:
     with a warning when its worker count differs from ``num_workers``).
 
     Args:
       address: ``None`` for an embedded local Ray on 127.0.0.1 with token
         authentication; or a cluster's address (``"auto"``, ``"ray://host:10001"``).
-      num_workers: worker actors to keep running.
-      max_workers: reserved for the autoscaler (must be >= ``num_workers``).
+      num_workers: worker actors to keep running; ``jdata.AUTOTUNE`` (the default)
+        starts one and lets Cachew's autoscaler set the count from the clients'
+        batch times (see ``svc.status().autoscaler`` and ``svc.plot_scaling()``).
+      max_workers: the autoscaler's bound; ``None``: as many as the cluster's CPUs
+        hold (its CPUs over ``worker_cpus``, when the service starts). Must be >=
+        ``num_workers``.
       work_dir: where the dispatcher journals (SQLite WAL); a temporary
         directory by default.
       namespace: the Ray namespace of the dispatcher and workers.
@@ -206,12 +333,18 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
         a shared job's window no client reads is dropped).
       window_bytes: the sliding window of a shared job (``distribute(sharing=True)``)
         on each worker; ``None``: 5% of the worker's node memory, at least 64 MB.
+      cache_dir: autocache's store (``Dataset.autocache()``): a directory, or an fsspec
+        URL, that the workers and clients all reach; caches are kept under their
+        prefix's fingerprint, so later jobs and runs with the same prefix read them.
+        ``None``: ``<work_dir>/autocache``.
       **ray_init_kw: passed to ``ray.init``.
     """
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"service.start: num_workers={num_workers!r} must be an int >= 1")
-    if max_workers is not None and max_workers < num_workers:
-        raise ValueError(f"service.start: max_workers={max_workers} < num_workers={num_workers}")
+    _check_workers(num_workers, "service.start")
+    if max_workers is not None and (isinstance(max_workers, bool)
+                                    or not isinstance(max_workers, int)
+                                    or max_workers < max(num_workers, 1)):
+        raise ValueError(f"service.start: max_workers={max_workers!r} must be an int >= "
+                         f"num_workers ({num_workers}) and >= 1")
     if window_bytes is not None and (isinstance(window_bytes, bool)
                                      or not isinstance(window_bytes, int) or window_bytes < 1):
         raise ValueError(f"service.start: window_bytes={window_bytes!r} must be an int >= 1")
@@ -234,7 +367,7 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
         if temp_dir is not None:
             shutil.rmtree(temp_dir, ignore_errors=True)
         workers = len(ray.get(running.workers.remote()))
-        if workers != num_workers:
+        if workers != num_workers and num_workers != AUTOTUNE:
             warnings.warn(
                 f"service.start: a dispatcher already runs in namespace {namespace!r} with "
                 f"{workers} workers: joined it as it is (num_workers={num_workers} and the "
@@ -251,8 +384,8 @@ def start(address: str | None = None, num_workers: int = 1, max_workers: int | N
         max_restarts=-1, max_task_retries=-1, max_concurrency=32, num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
-                          float(client_timeout), window_bytes)
-    _wait_for_workers(handle, num_workers, "service.start", _WORKERS_WAIT_SEC)
+                          float(client_timeout), window_bytes, max_workers, cache_dir)
+    _wait_for_workers(handle, max(num_workers, 1), "service.start", _WORKERS_WAIT_SEC)
     return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir)
 
 
@@ -298,4 +431,4 @@ def _head_node(ray) -> str:
 
 
 __all__ = ["start", "connect", "Service", "ServiceStatus", "ProcessInfo", "WorkerStatus",
-           "JobStatus"]
+           "JobStatus", "AutoscalerStatus", "ScalingDecision", "AutocacheStatus"]

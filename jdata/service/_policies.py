@@ -22,8 +22,8 @@ def _positive(what: str, name: str, value, kind=int) -> None:
         raise ValueError(f"{what}: {name}={value!r} must be a positive {kind.__name__}")
 
 
-def grant(state, job_id: str, client_id: str, count: int,
-          max_outstanding: int) -> LeasesGranted | None:
+def grant(state, job_id: str, client_id: str, count: int, max_outstanding: int,
+          exclude: frozenset = frozenset()) -> LeasesGranted | None:
     """Up to ``count`` leases for a client of a job, or ``None`` when there is none to give.
 
     First the client's orphaned splits (their worker was lost: it may hold
@@ -32,7 +32,8 @@ def grant(state, job_id: str, client_id: str, count: int,
     leases. ``mode="dynamic"`` gives each split to the alive worker with the
     fewest unfinished leases in the job (ties: join order); ``"static"`` gives
     split ``s`` to ``alive[s % len(alive)]``; ``"off"`` leases nothing. With no
-    alive worker nothing is granted.
+    alive worker nothing is granted. Workers in ``exclude`` (draining before they are
+    removed) get no new split; an orphan goes to another worker.
     """
     _positive("grant", "count", count)
     _positive("grant", "max_outstanding", max_outstanding)
@@ -40,7 +41,7 @@ def grant(state, job_id: str, client_id: str, count: int,
     if client_id not in state.clients(job_id):
         raise ValueError(f"grant: client {client_id!r} is not a client of job {job_id!r}; "
                          "apply ClientSeen for it first")
-    alive = state.alive_workers()
+    alive = [w for w in state.alive_workers() if w not in exclude]
     if mode == "off" or not alive:
         return None
     held = state.leases_of(job_id, client_id)
@@ -53,7 +54,8 @@ def grant(state, job_id: str, client_id: str, count: int,
     if mode == "static":
         workers = [alive[split % len(alive)] for split in splits]
     else:
-        workers = _least_loaded(state.worker_loads(job_id), len(splits))
+        loads = {w: n for w, n in state.worker_loads(job_id).items() if w not in exclude}
+        workers = _least_loaded(loads, len(splits))
     return LeasesGranted(job_id=job_id, client_id=client_id, leases=tuple(zip(splits, workers)))
 
 

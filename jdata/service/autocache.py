@@ -31,7 +31,7 @@ import math
 from typing import Callable
 
 from jdata._constants import INFINITE
-from jdata._plan import Node, walk
+from jdata._plan import Node, is_node_collection, walk
 from jdata.ops.autocache import MODES, AutocacheNode
 from jdata.ops.shuffle import ShuffleNode
 from jdata.service import _autocache_profile, _cache_store
@@ -97,6 +97,35 @@ def cache_points(plan: Node) -> dict:
                              "the marker's elements") or marker.input
     at_output = _refusal(plan, _place_in(marker), "the output") or plan
     return {"marker": at_marker, "output": at_output}
+
+
+def prefixes(plan: Node, marker: AutocacheNode) -> dict:
+    """The plans whose elements each cache holds: the marker's input, and the whole plan
+    without the marker (so that a forced mode and the service's choice share caches).
+    Their fingerprints key the caches: another job with the same prefix hits them."""
+    return {"marker": marker.input, "output": replace(plan, marker, marker.input)}
+
+
+def replace(plan: Node, old: Node, new: Node) -> Node:
+    """``plan`` with the node ``old`` (itself, not an equal one) replaced by ``new``."""
+    if plan is old:
+        return new
+    changes = {}
+    for field in dataclasses.fields(plan):
+        value = getattr(plan, field.name)
+        if isinstance(value, Node):
+            changed = replace(value, old, new)
+        elif is_node_collection(value):
+            items = list(value.items() if isinstance(value, dict) else enumerate(value))
+            swapped = {k: replace(v, old, new) for k, v in items}
+            if all(swapped[k] is v for k, v in items):
+                continue
+            changed = swapped if isinstance(value, dict) else type(value)(swapped.values())
+        else:
+            continue
+        if changed is not value:
+            changes[field.name] = changed
+    return dataclasses.replace(plan, **changes) if changes else plan
 
 
 def _place_in(marker: AutocacheNode | None) -> Callable[[Node], str]:

@@ -1,8 +1,9 @@
 """The autoscaler role: how many workers a job needs, as a pure state machine (Cachew's policy).
 
 A caller feeds it one ``Sample`` per interval, taken while the worker count was
-steady, and applies the ``Decision`` it returns. (Not wired to the dispatcher yet:
-``service.start(num_workers=jdata.AUTOTUNE)`` is issue 15's next step.) The policy:
+steady (``measure`` builds it from the clients' and workers' counters), and
+applies the ``Decision`` it returns: the dispatcher does, every few seconds, for
+``service.start(num_workers=jdata.AUTOTUNE)``. The policy:
 
 1. **Estimate** (Cedar's demand-driven sizing, tf.data's exported estimate): the
    workers the consumers' demand needs, ``ceil(demand / capacity per worker)``,
@@ -22,9 +23,14 @@ imports Ray.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
+# The driver's interval: a sample is this long, once the worker count has been steady
+# (all workers joined, none draining) for the settle time.
+SAMPLE_SEC = 3.0
+SETTLE_SEC = 1.0
 UP_GAIN = 0.07
 DOWN_LOSS = 0.03
 RETRIGGER = 1.5
@@ -62,6 +68,7 @@ class Policy:
         self.min_workers, self.max_workers, self.max_step = min_workers, max_workers, max_step
         self.phase = "estimate"
         self._base: Sample | None = None  # the sample the current probe is compared with
+        self._asked = 0  # the count the last decision asked for
         self._steady: Sample | None = None  # the converged state
 
     def observe(self, sample: Sample) -> Decision:
@@ -84,6 +91,10 @@ class Policy:
         return self._to(s.workers, need, why)
 
     def _up(self, s: Sample) -> Decision:
+        if self._asked > s.workers and self._base is not None and \
+                s.workers == self._base.workers:
+            # The probe's worker never started: the cluster has no room for it.
+            return self._start_down(s, f"no room in the cluster for worker {s.workers + 1}")
         if self._base is None or s.workers != self._base.workers + 1:
             self._base = s
             if s.workers >= self.max_workers:
@@ -165,5 +176,87 @@ class Policy:
         if current + step != wanted:
             why += f" (a step of at most {self.max_step}, within [{self.min_workers}, " \
                    f"{self.max_workers}])"
+        self._asked = current + step
         return Decision(current + step, self.phase, why)
 
+
+
+def measure(workers: int, clients: list, producers: list) -> Sample:
+    """The ``Sample`` of an interval from counters at its start and its end.
+
+    ``clients``: ``(before, after)`` report pairs of each client that reported at
+    both ends: its clock (``time``), the elements it yielded, the seconds its
+    consumer waited (``consumer_wait_sec``) and its queue's ``buffered`` and
+    ``capacity`` (elements). ``producers``: ``(before, after)`` pairs of each worker's
+    totals: ``elements``, and ``active_sec``, the wall time it had a read running
+    (``busy_sec``, its time producing summed over reads, where it has none).
+
+    A consumer that yielded ``e`` elements in ``t`` seconds, ``w`` of them waiting,
+    has a batch time of ``t / e`` and would take ``e / (t - w)`` elements per second
+    if it never waited: its demand.
+    """
+    batch, demand, fill = [], 0.0, []
+    for before, after in clients:
+        elements = after.get("elements", 0) - before.get("elements", 0)
+        seconds = after.get("time", 0.0) - before.get("time", 0.0)
+        if elements <= 0 or seconds <= 0:
+            continue
+        waited = after.get("consumer_wait_sec", 0.0) - before.get("consumer_wait_sec", 0.0)
+        batch.append(seconds / elements)
+        demand += elements / max(seconds - waited, seconds * 1e-3)
+        fill.append(min(1.0, after.get("buffered", 0) / max(after.get("capacity", 1), 1)))
+    made = sum(a.get("elements", 0) - b.get("elements", 0) for b, a in producers)
+    busy = sum(a.get("active_sec", 0.0) - b.get("active_sec", 0.0) for b, a in producers)
+    if busy <= 0:  # shared and coordinated jobs' buffers produce outside reads
+        busy = sum(a.get("busy_sec", 0.0) - b.get("busy_sec", 0.0) for b, a in producers)
+    return Sample(workers=workers, batch_sec=sum(batch) / len(batch) if batch else 0.0,
+                  demand=demand, capacity=made / busy if busy > 0 and made > 0 else 0.0,
+                  queue_fill=sum(fill) / len(fill) if fill else 0.0)
+
+
+class Driver:
+    """Feeds ``policy`` a sample every ``sample_sec`` of steady worker count and keeps
+    the decisions (with their samples) for ``svc.status()`` and ``plot_scaling``.
+
+    The dispatcher calls ``tick`` twice a second with the latest reports of the
+    clients and workers (by key); a decision to change the count is returned for it to
+    apply, and the next sample starts once the new count is steady.
+    """
+
+    def __init__(self, policy: Policy, sample_sec: float = SAMPLE_SEC,
+                 settle_sec: float = SETTLE_SEC, history: int = 1000):
+        self.policy = policy
+        self.sample_sec, self.settle_sec = sample_sec, settle_sec
+        self.history: collections.deque = collections.deque(maxlen=history)
+        self._steady_since: float | None = None
+        self._start: tuple | None = None  # (time, clients' reports, workers' reports)
+
+    def tick(self, now: float, workers: int, steady: bool, clients: dict,
+             producers: dict) -> Decision | None:
+        """The decision at the end of a sample (None before it ends, or while the count
+        is not steady)."""
+        if not steady:
+            self._steady_since = self._start = None
+            return None
+        if self._steady_since is None:
+            self._steady_since = now
+        if now - self._steady_since < self.settle_sec:
+            return None
+        if self._start is None or not set(clients) & set(self._start[1]):
+            # No client to compare yet: the interval starts once one reports.
+            self._start = (now, dict(clients), dict(producers))
+            return None
+        if now - self._start[0] < self.sample_sec:
+            return None
+        _, before, made = self._start
+        sample = measure(workers, [(before[k], v) for k, v in clients.items() if k in before],
+                         [(made[k], v) for k, v in producers.items() if k in made])
+        self._start = (now, dict(clients), dict(producers))
+        decision = self.policy.observe(sample)
+        if sample.batch_sec > 0:  # an idle service's intervals say nothing
+            self.history.append({"time": now, "workers": workers, "target": decision.workers,
+                                 "phase": decision.phase, "reason": decision.reason,
+                                 **dataclasses.asdict(sample)})
+        if decision.workers != workers:
+            self._steady_since = self._start = None
+        return decision

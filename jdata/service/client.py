@@ -21,6 +21,7 @@ import dataclasses
 import threading
 import time
 import uuid
+import warnings
 from typing import ClassVar
 
 import cloudpickle
@@ -31,7 +32,7 @@ from jdata._plan import Node
 from jdata.runtime import states
 from jdata.runtime.iterator import Tunable
 from jdata.runtime.stats import OpStats
-from jdata.service import _blocks, _ray, splits
+from jdata.service import _blocks, _ray, autocache, splits
 from jdata.service import dispatcher as dispatcher_module
 from jdata.service.dispatcher import NAME as DISPATCHER_NAME
 
@@ -39,7 +40,8 @@ MODES = ("off", "dynamic", "static")
 _OP = "distribute"
 # Reads kept running per worker: one being consumed, one producing ahead.
 _READS_PER_WORKER = 2
-_HEARTBEAT_SEC = 2.0
+# Heartbeats also carry the reports the autoscaler samples (every 4 s).
+_HEARTBEAT_SEC = 1.0
 # While no lease comes (workers being replaced), ask again this often, for at most this long.
 _LEASE_RETRY_SEC = 0.05
 _NO_WORKER_SEC = 120.0
@@ -76,6 +78,9 @@ class DistributeNode(Node):
     sharing: bool = False
     num_consumers: int | None = None
     consumer_index: int | None = None
+    # Autocache: (store, cache fingerprint): each split is written as that cache's part,
+    # and the element read for it is the part's summary (see ``_put_cache``).
+    cache_put: tuple | None = None
     op_name: ClassVar[str] = _OP
 
     def cardinality(self) -> int:
@@ -204,8 +209,9 @@ class _DistributeIterator(Tunable):
         self._num_splits: int | None = None
         self._waiting_since: float | None = None
         # Received, for the dispatcher's job statistics; shared jobs' reads, hits, skips.
+        # "capacity": the elements its reads in flight can hold (the queue fill's scale).
         self._counters = {"bytes": 0, "reads": 0, "hits": 0, "skipped": 0, "rounds": 0,
-                          "skipped_rounds": 0, "round_wait_sec": 0.0}
+                          "skipped_rounds": 0, "round_wait_sec": 0.0, "capacity": 1}
         self._round = 0  # coordinated reads: the next round to read
         self._round_restored = False
         self._round_refs: dict = {}  # a run's first round -> (its request, worker id)
@@ -241,6 +247,7 @@ class _DistributeIterator(Tunable):
         self._ray = ray
         node, options = self._node.input, self._ctx.options
         self._dispatcher = ray.get_actor(DISPATCHER_NAME, namespace=self._node.service.namespace)
+        node = self._autocache(node, options)
         self._fingerprint = _fingerprint.fingerprint(node)
         mode = self._node.processing_mode
         if mode == "off":
@@ -276,7 +283,68 @@ class _DistributeIterator(Tunable):
         threading.Thread(target=_heartbeat, daemon=True, name="jdata-distribute-heartbeat",
                          args=(ray, self._dispatcher, self._job_id, self._client_id,
                                self._stop_heartbeat, min(_HEARTBEAT_SEC, client_timeout / 4),
-                               self.stats, self._counters)).start()
+                               self.stats, self._counters, self._ctx.autotuner())).start()
+    # ------------------------------------------------------------ autocache
+
+    def _autocache(self, node: Node, options) -> Node:
+        """The plan this epoch runs, for a pipeline with an ``autocache()`` marker: as it
+        is ("compute"), or with the marker's prefix (or the whole plan) read from a cache,
+        written first when the dispatcher says to put it (``Dispatcher.autocache``)."""
+        marker = autocache.find_marker(node)
+        if marker is None or self._node.cache_put is not None:
+            return node
+        if self._node.processing_mode == "off" or self._node.sharing or \
+                self._node.num_consumers is not None:
+            warnings.warn(f"{_OP}: autocache() has no effect in a job with processing_mode="
+                          f"'off', sharing or num_consumers: it computes every epoch",
+                          stacklevel=2)
+            return node
+        allowed = autocache.allowed_modes(autocache.cache_points(node))
+        if marker.mode is not None:
+            autocache.decide(None, allowed, marker.mode)  # a mode that cannot be: raise now
+        prefixes = autocache.prefixes(node, marker)
+        keys = {point: _fingerprint.fingerprint(prefixes[point])
+                for point in ("marker", "output") if allowed[point] is None}
+        whole = _fingerprint.fingerprint(node)
+        answer = self._call(self._dispatcher.autocache, whole, keys, allowed, marker.mode,
+                            [self._ray.put(cloudpickle.dumps((node, options)))], self._epoch)
+        self._autocache_answer = answer
+        point = answer["point"]
+        if answer["action"] == "compute":
+            return node
+        store, key = answer["store"], keys[point]
+        if answer["action"] == "put":
+            try:
+                self._put_cache(prefixes[point], options, store, key, whole, point)
+            except Exception as e:  # an element failed, or cannot be stored: compute, and
+                # the error (if it is an element's) comes in its place as without a cache
+                why = f"writing the cache of the {point} failed ({type(e).__name__}: {e})"
+                self._call(self._dispatcher.autocache_failed, whole, why)
+                return node
+        cached = autocache.load_node(store, key, autocache.read_manifest(store, key))
+        return cached if point == "output" else autocache.replace(node, marker, cached)
+
+    def _put_cache(self, prefix: Node, options, store: str, key: str, whole: str,
+                   point: str) -> None:
+        """Writes the cache of ``prefix`` through the service: a job over its splits whose
+        workers write each split as a part; then the manifest that completes it."""
+        from jdata.runtime.context import Context
+
+        began = time.perf_counter()
+        put = dataclasses.replace(self._node, input=prefix, job_name=None, deterministic=False,
+                                  cache_put=(store, key))
+        ctx = Context(options=options)
+        it = _planner.make_iterator(put, ctx, self._epoch)
+        try:
+            parts = list(it)  # one summary per split: exactly once, so one per part
+        finally:
+            it.close()
+            ctx.stop_tuner()
+        manifest = autocache.write_manifest(store, key, len(parts))
+        self._call(self._dispatcher.autocache_written, whole, point, {
+            "elements": manifest["elements"], "bytes": manifest["bytes"],
+            "parts": len(parts), "seconds": time.perf_counter() - began})
+
     def _handle(self, worker_id: str):
         handle = self._handles.get(worker_id)
         if handle is None:
@@ -311,6 +379,7 @@ class _DistributeIterator(Tunable):
             self._to_report)
         self._to_report = []
         self.stats.parallelism = self._num_workers
+        self._counters["capacity"] = outstanding * (self._split_elements or 1)
         for split, worker_id in granted:
             self._held.add(split)
             if split not in self._finished:  # an orphan received whole needs no read
@@ -326,7 +395,7 @@ class _DistributeIterator(Tunable):
         spec = dataclasses.asdict(self._split_plan.split(split))
         generator = handle.read_split.options(num_returns="streaming").remote(
             self._fingerprint, self._plan_ref, spec, self._epoch,
-            self._received.get(split, 0), self._node.compression)
+            self._received.get(split, 0), self._node.compression, self._node.cache_put)
         self._reads[split] = _Read(split, worker_id, generator)
 
     def _wait_ready(self, read: _Read) -> bool:
@@ -512,6 +581,7 @@ class _DistributeIterator(Tunable):
         each), the next runs requested while this one is read."""
         run = dispatcher_module.ROUNDS_PER_READ
         counters = self._counters
+        counters["capacity"] = _RUNS_AHEAD * run
         while True:
             if self._schedule is None or self._round >= self._schedule_until:
                 self._refresh_schedule()
@@ -640,6 +710,7 @@ class _DistributeIterator(Tunable):
         those workers."""
         alive = self._call(self._dispatcher.workers)
         self._num_workers = self.stats.parallelism = len(alive)
+        self._counters["capacity"] = _READS_PER_WORKER * len(alive) * _SHARED_BLOCK
         for worker_id in list(self._shared):
             if worker_id not in alive:
                 self._drop_shared(worker_id)
@@ -827,14 +898,19 @@ class _DistributeIterator(Tunable):
 
 
 def _heartbeat(ray, dispatcher, job_id: str, client_id: str, stop: threading.Event,
-               period: float, stats: OpStats, counters: dict) -> None:
+               period: float, stats: OpStats, counters: dict, tuner) -> None:
     """Tells the dispatcher that the client lives (a training step, or an evaluation, may
-    take longer than its client timeout), with its totals for the job's statistics."""
+    take longer than its client timeout), with its totals for the job's statistics and
+    the autoscaler: its clock, and the time its consumer waited, which is the wait of the
+    pipeline's outermost stage (the last one built), the user's loop its consumer."""
     while not stop.wait(period):
         if not ray.is_initialized():
             return  # the service stopped: a call would start (or join) another Ray
+        stages = tuner.live()
+        consumer = stages[-1].stats if stages else stats
         report = {"elements": stats.elements, "wait_sec": stats.wait_sec,
-                  "buffered": stats.buffered, **counters}
+                  "buffered": stats.buffered, "time": time.monotonic(),
+                  "consumer_wait_sec": consumer.wait_sec, **counters}
         try:
             dispatcher.heartbeat.remote(job_id, client_id, report)
         except Exception:  # the dispatcher restarting: the next call retries

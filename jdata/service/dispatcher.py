@@ -23,6 +23,8 @@ import os
 import threading
 import time
 
+from jdata._constants import AUTOTUNE
+from jdata.service import _autocache_plans, autoscaler
 from jdata.service import journal as journal_module
 from jdata.service import state as st
 from jdata.service import worker as worker_module
@@ -40,6 +42,13 @@ ROUNDS_PER_READ = 8
 ROUND_LEAD = 64
 # Rates in status() are over the samples of the last this many seconds.
 _RATE_WINDOW_SEC = 10.0
+# A draining worker still holding splits after this long is removed anyway (its splits
+# are read elsewhere, past what their clients received).
+_DRAIN_TIMEOUT_SEC = 30.0
+# Workers still starting after this long wait for room that is not coming soon (Ray's
+# autoscaler adds a node within a minute or two): the autoscaler then samples the workers
+# that run, and a probe whose worker never started turns down (``Policy``).
+_ROOM_WAIT_SEC = 120.0
 
 
 class _Recent:
@@ -77,25 +86,34 @@ class Dispatcher:
     """The actor class (wrapped with ``ray.remote`` by ``jdata.service``)."""
 
     def __init__(self, work_dir: str, namespace: str, num_workers: int, worker_cpus: float,
-                 client_timeout: float, window_bytes: int | None = None):
+                 client_timeout: float, window_bytes: int | None = None,
+                 max_workers: int | None = None, cache_dir: str | None = None):
         os.makedirs(work_dir, exist_ok=True)
         path = os.path.join(work_dir, "journal.sqlite")
         self._state = journal_module.restore(path) if os.path.exists(path) else \
             st.DispatcherState()
         self._journal = journal_module.Journal(path)
         self._namespace = namespace
+        self._max_workers = max_workers
+        # Autocache: per pipeline (its fingerprint), the profile, decision and its caches.
+        self._caches = _autocache_plans.Plans(cache_dir or os.path.join(work_dir, "autocache"),
+                                              self._start_profile, self._poll_profile)
+        self._scaler: autoscaler.Driver | None = None
+        self._draining: dict[str, float] = {}  # worker id -> when its draining began
         self._target = num_workers
         self._worker_cpus = worker_cpus
         self._client_timeout = client_timeout
         self._window_bytes = window_bytes
         self._lock = threading.RLock()
         self._handles: dict = {}  # joined workers
-        self._starting: dict = {}  # worker id -> (handle, its first ping)
+        self._starting: dict = {}  # worker id -> (handle, its first ping, when it started)
         self._workers_recent, self._clients_recent = _Recent(), _Recent()
         # Coordinated jobs: (first round, workers) entries, and each client's round.
         self._schedules: dict[str, list] = {}
         self._rounds_seen: dict[str, dict] = {}
         self._stop = threading.Event()
+        if num_workers == AUTOTUNE:
+            self._autotune(len(self._state.alive_workers()))
         self._recover_workers()
         self._grace()
         self._fill()
@@ -156,7 +174,8 @@ class Dispatcher:
 
     def _fill(self) -> None:
         with self._lock:
-            missing = self._target - len(self._state.alive_workers()) - len(self._starting)
+            missing = (self._target - len(self._state.alive_workers()) + len(self._draining)
+                       - len(self._starting))
             for _ in range(max(missing, 0)):
                 self._add_worker()
 
@@ -170,7 +189,7 @@ class Dispatcher:
             max_restarts=0)
         # A shared job's window lives as long as a client could still come back to it.
         handle = actor.remote(worker_id, self._window_bytes, self._client_timeout)
-        self._starting[worker_id] = (handle, handle.info.remote())
+        self._starting[worker_id] = (handle, handle.info.remote(), time.monotonic())
 
     def _join_started(self) -> None:
         """Starting workers that answered their first ping join; one whose start failed is
@@ -178,7 +197,7 @@ class Dispatcher:
         import ray
 
         with self._lock:
-            pings = {ref: worker_id for worker_id, (_, ref) in self._starting.items()}
+            pings = {ref: worker_id for worker_id, (_, ref, _) in self._starting.items()}
         if not pings:
             return
         ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=0)
@@ -205,6 +224,7 @@ class Dispatcher:
             if worker_id not in self._state.alive_workers():
                 return
             self._commit([st.WorkerLost(worker_id=worker_id)])
+            self._draining.pop(worker_id, None)
             handle = self._handles.pop(worker_id, None)
         if handle is not None:
             try:
@@ -240,6 +260,9 @@ class Dispatcher:
                     self._workers_recent.add(worker_id, info)
             self._join_started()
             self._fill()
+            self._drain()
+            if self._scaler is not None:
+                self._autoscale()
             with self._lock:
                 self._commit(st.expire(self._state, time.time(), self._client_timeout))
                 for job_id in [j for j in self._schedules if j not in self._state.jobs]:
@@ -304,7 +327,8 @@ class Dispatcher:
                 self._apply([st.ClientSeen(job_id=job_id, client_id=client_id, time=time.time()),
                              st.SplitsDone(job_id=job_id, client_id=client_id, splits=done)
                              if done else None], applied)
-                granted = st.grant(self._state, job_id, client_id, count, max_outstanding) \
+                granted = st.grant(self._state, job_id, client_id, count, max_outstanding,
+                                   frozenset(self._draining)) \
                     if count > 0 and max_outstanding > 0 else None
                 self._apply([granted], applied)
             finally:
@@ -359,7 +383,7 @@ class Dispatcher:
                 seen[client_id] = max(round_index, seen.get(client_id, 0))
             furthest = max(seen.values(), default=0)
             entries = self._schedules.setdefault(job_id, [])
-            alive = list(self._state.alive_workers())
+            alive = [w for w in self._state.alive_workers() if w not in self._draining]
             run = ROUNDS_PER_READ
             if alive and not entries:
                 entries.append((furthest // run * run, alive))
@@ -368,16 +392,59 @@ class Dispatcher:
                 entries.append((-(-start // run) * run, alive))
             return list(entries), furthest
 
+    # ------------------------------------------------------------ autocache
+
+    def autocache(self, job_fp: str, keys: dict, allowed: dict, forced: str | None,
+                  plan_ref: list, epoch: int) -> dict:
+        """How an epoch of a pipeline with an ``autocache()`` marker runs
+        (``_autocache_plans.Plans.answer``), and the store: ``{"action": "compute" | "put"
+        | "get", "point", "reason", "store"}``."""
+        with self._lock:
+            answer = self._caches.answer(job_fp, keys, allowed, forced, plan_ref, epoch)
+        return dict(answer, store=self._caches.store)
+
+    def _start_profile(self, job_fp: str, plan_ref: list):
+        """Autocache's profile of a pipeline, measured on a worker during its epoch 1."""
+        alive = self._state.alive_workers()
+        if not alive:
+            raise RuntimeError("no worker to profile on")
+        return self._handles[alive[0]].profile.remote(job_fp, plan_ref, self._caches.store)
+
+    @staticmethod
+    def _poll_profile(ref) -> dict | None:
+        import ray
+
+        if not ray.wait([ref], timeout=0)[0]:
+            return None
+        return ray.get(ref)
+
+    def autocache_failed(self, job_fp: str, why: str) -> None:
+        """A client could not write the cache: the pipeline computes from now on."""
+        with self._lock:
+            self._caches.failed(job_fp, why)
+
+    def autocache_written(self, job_fp: str, point: str, summary: dict) -> None:
+        """A client wrote a cache (its parts and manifest): for ``status()``."""
+        with self._lock:
+            self._caches.written(job_fp, point, summary)
+
     def workers(self) -> list:
         with self._lock:
             return list(self._state.alive_workers())
 
     def scale(self, num_workers: int) -> None:
-        """Adds workers, or removes starting ones first, then the newest (their leases are
-        re-issued)."""
+        """Sets a fixed worker count (the autoscaler stops): adds workers, or removes
+        starting ones first, then the newest (their leases are re-issued).
+        ``AUTOTUNE`` hands the count back to the autoscaler."""
         import ray
 
+        if num_workers == AUTOTUNE:
+            with self._lock:
+                self._autotune(len(self._state.alive_workers()) - len(self._draining))
+            return
         with self._lock:
+            self._scaler = None
+            self._draining.clear()
             self._target = num_workers
             alive = self._state.alive_workers()
             cancel = list(self._starting)[:max(0, len(alive) + len(self._starting)
@@ -392,6 +459,81 @@ class Dispatcher:
         for worker_id in extra:
             self._lose(worker_id)
         self._fill()
+
+    # ------------------------------------------------------------ autoscaling
+
+    def _autotune(self, current: int) -> None:
+        """Hands the worker count to a new autoscaler, starting from ``current`` workers
+        (at least 1)."""
+        import ray
+
+        cap = self._max_workers
+        if cap is None:  # what the cluster has room for now
+            cpus = ray.cluster_resources().get("CPU", 1.0)
+            cap = int(cpus / self._worker_cpus) if self._worker_cpus > 0 else 64
+        policy = autoscaler.Policy(1, max(1, cap))
+        self._scaler = autoscaler.Driver(policy)
+        self._target = min(max(current, 1), policy.max_workers)
+
+    def _autoscale(self) -> None:
+        with self._lock:
+            alive = [w for w in self._state.alive_workers() if w not in self._draining]
+            now = time.monotonic()
+            waiting = all(now - since > _ROOM_WAIT_SEC for _, _, since in
+                          self._starting.values())
+            steady = waiting and not self._draining and \
+                len(alive) + len(self._starting) == self._target
+            clients = {key: self._clients_recent.latest(key)
+                       for job_id in self._state.jobs
+                       for key in ((job_id, c) for c in self._state.clients(job_id))}
+            producers = {w: self._workers_recent.latest(w) for w in alive}
+            scaler = self._scaler
+        if scaler is None:
+            return
+        decision = scaler.tick(time.monotonic(), len(alive), steady,
+                               {k: v for k, v in clients.items() if "time" in v}, producers)
+        if decision is not None and decision.workers != len(alive):
+            self._resize(decision.workers)
+
+    def _resize(self, num_workers: int) -> None:
+        """The autoscaler's change: new workers start; removed ones are those still starting
+        first, then the newest, which drain."""
+        import ray
+
+        with self._lock:
+            alive = [w for w in self._state.alive_workers() if w not in self._draining]
+            self._target = num_workers
+            excess = len(alive) + len(self._starting) - num_workers
+            cancel = list(self._starting)[::-1][:max(excess, 0)]
+            handles = [self._starting.pop(worker_id)[0] for worker_id in cancel]
+            now = time.monotonic()
+            for worker_id in alive[len(alive) - max(excess - len(cancel), 0):]:
+                self._draining[worker_id] = now
+        for handle in handles:
+            try:
+                ray.kill(handle)
+            except Exception:  # already gone
+                pass
+        self._fill()
+
+    def _drain(self) -> None:
+        """Removes the draining workers that hold no split any more (or drained too long)."""
+        with self._lock:
+            now = time.monotonic()
+            done = [w for w, since in self._draining.items()
+                    if now - since > _DRAIN_TIMEOUT_SEC or not any(
+                        self._state.worker_loads(job_id).get(w) for job_id in self._state.jobs)]
+        for worker_id in done:
+            self._lose(worker_id)
+
+    def _autoscaler_status(self) -> dict | None:
+        scaler = self._scaler
+        if scaler is None:
+            return None
+        policy = scaler.policy
+        return {"target": self._target, "min_workers": policy.min_workers,
+                "max_workers": policy.max_workers, "phase": policy.phase,
+                "draining": list(self._draining), "decisions": list(scaler.history)}
 
     def status(self) -> dict:
         import ray
@@ -408,7 +550,9 @@ class Dispatcher:
             with self._lock:
                 self._workers_recent.add(worker_id, info)
                 recent = self._workers_recent
-                infos.append({**info, "elements_per_sec": recent.rate(worker_id, "elements"),
+                infos.append({**info, "state": "draining" if worker_id in self._draining
+                              else "running",
+                              "elements_per_sec": recent.rate(worker_id, "elements"),
                               "bytes_per_sec": recent.rate(worker_id, "bytes"),
                               "busy": recent.rate(worker_id, "busy_sec")})
         infos += [{"worker_id": worker_id, "pid": None, "node_id": None, "state": "starting"}
@@ -416,9 +560,12 @@ class Dispatcher:
         with self._lock:
             self._workers_recent.keep(handles)
             jobs = [self._job_status(job_id) for job_id in self._state.jobs]
+            autoscaling = self._autoscaler_status()
+            caches = self._caches.status()
         return {"dispatcher": {"pid": os.getpid(),
                                "node_id": ray.get_runtime_context().get_node_id()},
-                "workers": infos, "jobs": jobs}
+                "workers": infos, "jobs": jobs, "autoscaler": autoscaling,
+                "autocache": caches}
 
     def _job_status(self, job_id: str) -> dict:
         """A job's summary, with its clients' recent rates (their heartbeats' reports) and,
@@ -457,7 +604,7 @@ class Dispatcher:
         self._stop.set()
         with self._lock:
             handles, self._handles = dict(self._handles), {}
-            handles.update({w: h for w, (h, _) in self._starting.items()})
+            handles.update({w: entry[0] for w, entry in self._starting.items()})
             self._starting = {}
         for handle in handles.values():
             try:

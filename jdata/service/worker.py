@@ -17,6 +17,7 @@ object store and the worker keeps the decoded plan by fingerprint.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -89,7 +90,11 @@ class WorkerStats:
         self._lock = threading.Lock()
         self.started = time.monotonic()
         self.elements = self.bytes = self.tasks = self.active = 0
-        self.busy_sec = 0.0  # producing blocks (the dispatcher turns it into a load)
+        self.busy_sec = 0.0  # producing blocks, summed over reads (a load)
+        # Wall time with a read running: elements over it is what the worker makes per
+        # second when it is kept busy (its reads run side by side), the autoscaler's rate.
+        self.active_sec = 0.0
+        self._active_since = 0.0
 
     def add(self, elements: int, nbytes: int, seconds: float) -> None:
         with self._lock:
@@ -99,14 +104,22 @@ class WorkerStats:
 
     def task(self, delta: int) -> None:
         with self._lock:
+            now = time.monotonic()
+            if self.active:
+                self.active_sec += now - self._active_since
+            self._active_since = now
             self.active += delta
             self.tasks += max(delta, 0)
 
     def snapshot(self) -> dict:
         """Totals since the worker started (the dispatcher derives recent rates)."""
         with self._lock:
+            active_sec = self.active_sec
+            if self.active:
+                active_sec += time.monotonic() - self._active_since
             return {"elements": self.elements, "bytes": self.bytes, "tasks": self.tasks,
-                    "active": self.active, "busy_sec": self.busy_sec}
+                    "active": self.active, "busy_sec": self.busy_sec,
+                    "active_sec": active_sec}
 
 
 class Worker:
@@ -243,14 +256,41 @@ class Worker:
         return plan
 
     def read_split(self, fingerprint: str, plan_ref: list, split: dict, epoch: int, skip: int,
-                   compression: str | None = None):
+                   compression: str | None = None, put: tuple | None = None):
         """The blocks of one split of the job's plan past ``skip`` outcomes (a streaming
-        generator)."""
+        generator). With ``put=(store, cache fingerprint)`` (autocache) the split's
+        elements are written as that cache's part ``split.index`` instead, and the one
+        element sent is the part's summary."""
         node, options = self._plan(fingerprint, plan_ref)
         split = splits.Split(**split)
+        if put is not None:
+            yield self._put(node, options, split, epoch, *put)
+            return
         yield from self._stream(
             lambda at: splits.read_split(node, options, split, epoch, at), skip, compression,
             fingerprint)
+
+    def _put(self, node, options, split, epoch: int, store: str, cache_fp: str):
+        from jdata.service import autocache
+
+        self._stats.task(1)
+        began = time.perf_counter()
+        try:
+            with splits.read_split(node, options, split, epoch) as it:
+                part = autocache.write_part(store, cache_fp, split.index, it)
+        finally:
+            self._stats.task(-1)
+        self._stats.add(part["records"], part["bytes"], time.perf_counter() - began)
+        summary = [{"part": split.index, "records": part["records"], "bytes": part["bytes"]}]
+        return _blocks.pack(_blocks.encode(summary, ()), (), 64, None)
+
+    def profile(self, fingerprint: str, plan_ref: list, store: str) -> dict:
+        """Autocache's profile of the job's plan (``autocache.profile``), measured here
+        with the store's probes."""
+        from jdata.service import autocache
+
+        node, options = self._plan(fingerprint, plan_ref)
+        return dataclasses.asdict(autocache.profile(node, options, store))
 
     def read_all(self, fingerprint: str, plan_ref: list, epoch: int, skip: int,
                  compression: str | None = None):

@@ -90,3 +90,60 @@ def test_bad_bounds(kwargs):
 
 def test_the_thresholds_are_cachews():
     assert (autoscaler.UP_GAIN, autoscaler.DOWN_LOSS, autoscaler.RETRIGGER) == (0.07, 0.03, 1.5)
+
+
+def _client(t, elements, waited, buffered=0, capacity=100):
+    return {"time": t, "elements": elements, "consumer_wait_sec": waited,
+            "buffered": buffered, "capacity": capacity}
+
+
+def test_measure_turns_counters_into_batch_time_demand_and_capacity():
+    # 400 elements in 4 s, 2 of them waiting: 10 ms a batch, 200/s wanted.
+    clients = [(_client(10.0, 100, 1.0), _client(14.0, 500, 3.0, buffered=25))]
+    producers = [({"elements": 0, "active_sec": 0.0}, {"elements": 300, "active_sec": 3.0}),
+                 ({"elements": 50, "active_sec": 1.0}, {"elements": 150, "active_sec": 2.0})]
+    s = autoscaler.measure(2, clients, producers)
+    assert s.workers == 2 and s.batch_sec == pytest.approx(0.01)
+    assert s.demand == pytest.approx(200.0) and s.capacity == pytest.approx(100.0)
+    assert s.queue_fill == pytest.approx(0.25)
+    # Shared jobs' windows produce outside reads: their busy time stands in.
+    shared = [({"elements": 0, "busy_sec": 0.0}, {"elements": 80, "busy_sec": 2.0})]
+    assert autoscaler.measure(1, clients, shared).capacity == pytest.approx(40.0)
+    idle = autoscaler.measure(1, [(_client(0, 5, 0), _client(4, 5, 0))], [])
+    assert idle.batch_sec == 0.0 and idle.demand == 0.0 and idle.capacity == 0.0
+
+
+def test_the_driver_samples_only_steady_intervals_and_keeps_its_decisions():
+    driver = autoscaler.Driver(Policy(max_workers=8), sample_sec=4.0, settle_sec=1.0)
+    workers = {"w": {"elements": 0, "active_sec": 0.0}}
+
+    def tick(now, elements, steady=True, n=1):
+        made = {"w": {"elements": elements, "active_sec": now}}
+        return driver.tick(now, n, steady, {"c": _client(now, elements, now / 2)}, made)
+
+    assert driver.tick(0.0, 1, True, {}, workers) is None  # settling
+    assert tick(1.0, 0) is None  # the interval starts
+    assert tick(3.0, 200) is None  # not 4 s yet
+    decision = tick(5.0, 400)  # 100/s, waiting half the time: 200/s wanted, 100/s made
+    assert decision is not None and decision.workers == 2 and decision.phase == "up"
+    assert [h["target"] for h in driver.history] == [2]
+    # The count changes: nothing is sampled until it is steady again and settled.
+    assert tick(6.0, 500, steady=False, n=2) is None
+    assert tick(6.5, 550, n=2) is None and tick(7.5, 650, n=2) is None
+    assert tick(10.0, 900, n=2) is None  # 2.5 s of sample so far
+    probe = tick(11.6, 1050, n=2)
+    assert probe.workers == 3 and "probing up from 2" in probe.reason
+    assert len(driver.history) == 2
+    # An idle interval (no element consumed) decides nothing worth keeping.
+    assert tick(12.0, 1050, n=3) is None and tick(13.0, 1050, n=3) is None
+    idle = tick(17.5, 1050, n=3)
+    assert idle.workers == 3 and "no measurement" in idle.reason and len(driver.history) == 2
+
+
+def test_a_probe_whose_worker_never_starts_turns_down_rather_than_asking_forever():
+    policy = Policy(max_workers=8)
+    # Demand for 4, but the cluster holds only 2: every sample shows 2 workers.
+    decisions = [policy.observe(_sample(2, 400.0, 100.0)) for _ in range(6)]
+    assert decisions[0].workers == 4  # the estimate
+    assert any("no room in the cluster" in d.reason for d in decisions), decisions
+    assert policy.phase in ("down", "converging", "converged")

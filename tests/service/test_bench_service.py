@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks import service, service_failure, service_sharing
+from benchmarks import service, service_cachew, service_failure, service_sharing
 from jdata.service import _ray
 
 # The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
@@ -87,3 +87,20 @@ def test_the_exactly_once_check_fails_on_a_lost_repeated_or_moved_element(got, m
     service_failure.check_exactly_once([1, 2, 3], [1, 2, 3])
     with pytest.raises(AssertionError, match=message):
         service_failure.check_exactly_once(got, [1, 2, 3])
+
+
+def test_the_cachew_benchmark_runs_its_parts_at_a_tiny_scale():
+    ray = _ray.ray_module()
+    assert not ray.is_initialized(), "another test left a Ray running"
+    auto = service_cachew.report(ratios=(2,), run_sec=5.0, rate_sec=1.0)
+    run, = auto["runs"]
+    assert auto["rate"] > 0 and run["need"] == 2 and len(run["trace"]) >= 5
+    assert run["in_order"] and run["elements"] > 0  # the halving part ran, nothing lost
+    cached = service_cachew.report_autocache(rounds=1, n=48)
+    assert not ray.is_initialized()
+    for name in ("read", "before", "after", "grow"):
+        medians = cached[name]["medians"]
+        assert set(medians) == {"compute", "marker", "output", "auto"}
+        assert all(seconds > 0 for seconds in medians.values())
+        assert cached[name]["chosen"][0] in (None, "compute", "marker", "output")  # None: profiling
+    assert (cached["second_job"]["state"], cached["second_job"]["mode"]) == ("get", "marker")

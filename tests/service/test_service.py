@@ -300,7 +300,7 @@ def test_a_killed_clients_job_is_collected_after_the_client_timeout(svc, tmp_pat
 
     ray = _ray.ray_module()
     # A second service in this Ray (another namespace) with a short client timeout.
-    short = service.start(namespace="jdata-client-timeout", worker_cpus=0.25,
+    short = service.start(namespace="jdata-client-timeout", num_workers=1, worker_cpus=0.25,
                           client_timeout=2.0, work_dir=str(tmp_path / "journal"))
     client = subprocess.Popen(
         [sys.executable, "-c", _CLIENT, ray.get_runtime_context().gcs_address,
@@ -369,7 +369,7 @@ def test_shared_jobs_read_one_stream_computed_once(svc):
 def test_a_shared_job_that_falls_behind_skips_and_is_told(svc, tmp_path):
     from jdata import service
 
-    small = service.start(namespace="jdata-small-window", worker_cpus=0.25,
+    small = service.start(namespace="jdata-small-window", num_workers=1, worker_cpus=0.25,
                           window_bytes=8 * 64, work_dir=str(tmp_path / "journal"))
     try:
         ds = jdata.range(N).map(lambda x: x * 2).repeat()
@@ -626,3 +626,168 @@ def test_scale_changes_the_worker_count(svc):
     assert _ints(_above().distribute(svc)) == _ints(_local(_above()))
     svc.scale(2)
     assert len(svc.status().workers) == 2
+
+
+def _sleepy(x):
+    time.sleep(0.005)  # a worker makes about 200 elements/s (sleep-bound: it scales)
+    return x
+
+
+def test_the_autoscaler_scales_up_to_demand_then_drains_when_it_drops(svc, tmp_path):
+    """A consumer that wants as much as it gets drives the count to max_workers; when it
+    slows below one worker's rate, the autoscaler re-triggers and drains workers away.
+    The stream stays whole and in order through every change (the drained workers'
+    splits are read to their end before they go)."""
+    from jdata import service
+
+    auto = service.start(namespace="jdata-autoscale", num_workers=jdata.AUTOTUNE,
+                         max_workers=3, worker_cpus=0.1, work_dir=str(tmp_path / "journal"))
+    try:
+        assert len(auto.status().workers) == 1
+        it = jdata.range(10**7).map(_sleepy).distribute(auto).iterator()
+        got, phase, seen_draining, removed_at = [], "fast", False, None
+        deadline = time.monotonic() + 120
+        checked = time.monotonic()
+        while time.monotonic() < deadline and (removed_at is None or len(got) < removed_at
+                                                 + 300):
+            got.append(int(next(it)))
+            if phase == "slow":
+                time.sleep(0.01)  # 100 elements/s: half of one worker
+            if time.monotonic() - checked < 0.5:
+                continue
+            checked = time.monotonic()
+            status = auto.status()
+            a = status.autoscaler
+            draining = any(w.state == "draining" for w in status.workers)
+            seen_draining |= draining
+            if phase == "fast" and a.phase == "converged" and a.target == 3:
+                phase = "slow"
+            elif phase == "slow" and a.target == 1 and any(
+                    d.reason.startswith("re-triggered") for d in a.decisions):
+                phase = "drained"
+            if phase == "drained" and not draining and removed_at is None and sum(
+                    w.state == "running" for w in status.workers) < 3:
+                removed_at = len(got)
+        decisions = auto.status().autoscaler.decisions
+        assert removed_at is not None, [d.reason for d in decisions]
+        assert got == list(range(len(got)))  # nothing lost, nothing twice, in order
+        assert decisions[0].reason.startswith("estimate:") and decisions[0].target == 3
+        assert seen_draining and all(d.reason and d.batch_sec > 0 for d in decisions)
+        assert "autoscaler: " in str(auto.status())
+        it.close()
+        figure = auto.plot_scaling(str(tmp_path / "scaling.png"))
+        assert (tmp_path / "scaling.png").stat().st_size > 0 and figure.axes
+        auto.scale(2)  # a fixed count again: the autoscaler stops
+        assert auto.status().autoscaler is None
+        with pytest.raises(ValueError, match="AUTOTUNE"):
+            auto.plot_scaling()
+    finally:
+        auto.stop()
+
+
+# ------------------------------------------------------------ autocache
+
+
+def _square(x):
+    return np.full(4, x * x, np.int64)
+
+
+def _plus(x):
+    return x + 1
+
+
+def _autocache_entry(svc):
+    """The newest autocache entry: the pipeline that ran last."""
+    return svc.status().autocache[-1]
+
+
+def test_a_forced_marker_cache_is_written_then_read_and_another_job_with_the_prefix_hits_it(
+        svc):
+    ds = jdata.range(N).map(_square).autocache("marker").map(_plus)
+    expected = _local(ds)
+    dist = ds.distribute(svc)
+    assert_same_sequence([materialize(e) for e in dist], expected)
+    entry = _autocache_entry(svc)
+    assert entry.state == "put" and entry.mode == "marker" and "forced" in entry.chosen
+    assert entry.written["elements"] == N and entry.written["parts"] == -(-N // SPLIT)
+    assert_same_sequence([materialize(e) for e in dist], expected)  # epoch 2 reads it
+    assert _autocache_entry(svc).state == "get"
+    # Another pipeline over the same prefix reads the cache from its first epoch.
+    other = jdata.range(N).map(_square).autocache().map(lambda x: x * 3)
+    assert_same_sequence([materialize(e) for e in other.distribute(svc)], _local(other))
+    entry = _autocache_entry(svc)
+    assert (entry.state, entry.mode) == ("get", "marker"), entry
+    assert "autocache" in str(svc.status())
+
+
+def test_autocache_profiles_in_epoch_one_then_follows_its_decision(svc):
+    # A prefix no other test caches (a complete cache would be read from epoch 1).
+    ds = jdata.range(N).map(_square).map(_plus).autocache().map(_plus)
+    expected = _local(ds)
+    dist = ds.distribute(svc)
+    seen = []
+    for _ in range(6):
+        assert_same_sequence([materialize(e) for e in dist], expected)
+        entry = _autocache_entry(svc)
+        seen.append(entry.state)
+        if entry.state == "get" or entry.mode == "compute":
+            break
+    assert seen[0] == "compute"
+    assert entry.profile["elements"] > 0 and entry.profile["compute_sec"] > 0
+    assert set(entry.estimates) == {"compute", "marker", "output"}
+    assert entry.mode in ("compute", "marker", "output")
+    assert " per output element" in entry.chosen
+    assert entry.mode == "compute" or seen[-2:] == ["put", "get"], seen
+
+
+def test_autocache_keeps_randomness_fresh_each_epoch(svc):
+    # Random above the marker: the marker's cache serves, the draws change per epoch and
+    # match the local pipeline's epoch by epoch.
+    ds = jdata.range(N).map(_square).autocache("marker").random_map(_noise, KEY2)
+    dist = ds.distribute(svc)
+    first, second = ([materialize(e) for e in dist] for _ in range(2))
+    assert_same_sequence(first, _local(ds, 0))
+    assert_same_sequence(second, _local(ds, 1))
+    assert _autocache_entry(svc).state == "get"
+    assert not all(np.array_equal(a, b) for a, b in zip(first, second))
+    # Random below the marker: nothing may be cached; forcing it says why.
+    below = jdata.range(N).shuffle(KEY).autocache("marker").map(_plus).distribute(svc)
+    with pytest.raises(ValueError, match="shuffle below the marker draws anew each epoch"):
+        next(iter(below))
+    auto = jdata.range(N).shuffle(KEY).autocache().map(_plus)
+    assert _ints(auto.distribute(svc)) == _ints(_local(auto))
+    entry = _autocache_entry(svc)
+    assert entry.mode == "compute" and entry.profile is None  # nothing to profile for
+    assert "shuffle below the marker" in entry.chosen
+
+
+def _fails_at_7(x):
+    if x == 7:
+        raise ValueError("bad record 7")
+    return x
+
+
+def test_a_cache_that_cannot_be_written_falls_back_to_computing_with_the_error_in_place(
+        svc):
+    ds = jdata.range(N).map(_fails_at_7).autocache("marker").map(_plus).distribute(svc)
+    it = iter(ds)
+    assert [int(next(it)) for _ in range(7)] == list(range(1, 8))
+    with pytest.raises(jdata.UDFError, match="bad record 7"):
+        next(it)
+    entry = _autocache_entry(svc)
+    assert entry.mode == "compute" and "writing the cache of the marker failed" in \
+        entry.reason
+    assert [int(x) for x in it][:2] == [9, 10]  # the rest, past the failed element
+    # Elements the store cannot hold (dict keys that are not str): computed, with why.
+    odd = jdata.range(10).map(lambda x: {1: x}).autocache("output").distribute(svc)
+    assert [int(e[1]) for e in odd] == list(range(10))
+    assert "failed" in _autocache_entry(svc).reason
+
+
+def test_autocache_in_a_shared_job_warns_that_it_computes(svc):
+    ds = jdata.range(N).autocache().map(_plus).repeat().distribute(
+        svc, job_name="autocache-shared", sharing=True)
+    it = ds.iterator()
+    with pytest.warns(UserWarning, match=r"autocache\(\) has no effect"):
+        assert int(next(it)) == 1
+    it.close()

@@ -160,6 +160,19 @@ def test_a_lost_workers_leases_wait_for_their_client_who_may_report_them_done():
     assert s.leases_of("j", "c") == ((0, "w0"),) and s.job("j").done == 1
 
 
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_a_draining_worker_gets_no_new_split_and_its_orphans_go_elsewhere(mode):
+    s = _state(workers=("w0", "w1", "w2"), mode=mode)
+    assert {w for _, w in _grant(s, count=3)} == {"w0", "w1", "w2"}
+    granted = S.grant(s, "j", "c", 4, 100, exclude=frozenset({"w1"}))
+    assert granted.leases and all(w != "w1" for _, w in granted.leases)
+    s.apply(granted)
+    s.apply(S.WorkerLost("w2"))  # its split is orphaned: re-issued, not to the drained one
+    again = S.grant(s, "j", "c", 1, 100, exclude=frozenset({"w1"}))
+    assert again.leases == ((2, "w0"),)
+    assert S.grant(s, "j", "c", 1, 100, exclude=frozenset({"w0", "w1"})) is None
+
+
 def test_a_gone_clients_leases_go_back_to_the_pool_lowest_first():
     s = _state(clients=("c", "d"))
     _grant(s, "c", count=3)
