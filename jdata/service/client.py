@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import threading
 import time
 import uuid
@@ -37,10 +38,13 @@ from jdata.service import dispatcher as dispatcher_module
 from jdata.service.dispatcher import NAME as DISPATCHER_NAME
 
 MODES = ("off", "dynamic", "static")
+_LOGGER = logging.getLogger("jdata")
+# Writing a cache logs its progress this often.
+_PROGRESS_SEC = 10.0
 _OP = "distribute"
 # Reads kept running per worker: one being consumed, one producing ahead.
 _READS_PER_WORKER = 2
-# Heartbeats also carry the reports the autoscaler samples (every 4 s).
+# Heartbeats also carry the reports the autoscaler samples (every 3 s).
 _HEARTBEAT_SEC = 1.0
 # While no lease comes (workers being replaced), ask again this often, for at most this long.
 _LEASE_RETRY_SEC = 0.05
@@ -222,6 +226,7 @@ class _DistributeIterator(Tunable):
         self._shared_positions: dict[str, int] = {}  # a restored state's
         self._shared_ended: set[str] = set()
         self._turn = 0
+        self._autocache_note = ""  # for it.stats(): how autocache runs this epoch
         # A stage of its own in it.stats(): elements/s, time waited, workers, job progress.
         self.stats = OpStats("workers", parallelism=0, buffer_size=_READS_PER_WORKER,
                              engine="service", engine_reason="not started")
@@ -270,7 +275,7 @@ class _DistributeIterator(Tunable):
         self._num_workers = len(self._call(self._dispatcher.workers))
         self.stats.parallelism = self._num_workers
         self.stats.engine_reason = (f"jdata.service job {self._job_id}, {mode}, "
-                                    f"{self._num_splits} splits")
+                                    f"{self._num_splits} splits{self._autocache_note}")
         self._reads: dict[int, _Read] = {}
         self._handles: dict = {}
         self._to_report = []
@@ -284,6 +289,7 @@ class _DistributeIterator(Tunable):
                          args=(ray, self._dispatcher, self._job_id, self._client_id,
                                self._stop_heartbeat, min(_HEARTBEAT_SEC, client_timeout / 4),
                                self.stats, self._counters, self._ctx.autotuner())).start()
+
     # ------------------------------------------------------------ autocache
 
     def _autocache(self, node: Node, options) -> Node:
@@ -308,8 +314,9 @@ class _DistributeIterator(Tunable):
         whole = _fingerprint.fingerprint(node)
         answer = self._call(self._dispatcher.autocache, whole, keys, allowed, marker.mode,
                             [self._ray.put(cloudpickle.dumps((node, options)))], self._epoch)
-        self._autocache_answer = answer
         point = answer["point"]
+        self._autocache_note = f"; autocache: {answer['action']}" + (
+            f" at the {point}" if point else "") + f" ({answer['reason']})"
         if answer["action"] == "compute":
             return node
         store, key = answer["store"], keys[point]
@@ -320,7 +327,15 @@ class _DistributeIterator(Tunable):
                 # the error (if it is an element's) comes in its place as without a cache
                 why = f"writing the cache of the {point} failed ({type(e).__name__}: {e})"
                 self._call(self._dispatcher.autocache_failed, whole, why)
+                self._autocache_note = f"; autocache: compute ({why})"
                 return node
+        return self._cached_plan(node, marker, point, store, key)
+
+    @staticmethod
+    def _cached_plan(node: Node, marker, point: str, store: str, key: str) -> Node:
+        """``node`` reading the cache of ``point``: the whole plan, or the marker's subtree,
+        becomes one random-access node over the cache (positions kept: the ops above the
+        marker see the same positions, so their randomness is the local pipeline's)."""
         cached = autocache.load_node(store, key, autocache.read_manifest(store, key))
         return cached if point == "output" else autocache.replace(node, marker, cached)
 
@@ -335,15 +350,21 @@ class _DistributeIterator(Tunable):
                                   cache_put=(store, key))
         ctx = Context(options=options)
         it = _planner.make_iterator(put, ctx, self._epoch)
+        parts, logged = 0, time.monotonic()
         try:
-            parts = list(it)  # one summary per split: exactly once, so one per part
+            for _ in it:  # one summary per split: exactly once, so one per part
+                parts += 1
+                if time.monotonic() - logged > _PROGRESS_SEC:
+                    logged = time.monotonic()
+                    _LOGGER.info("autocache: writing the cache of the %s to %s: %d parts, "
+                                 "%.0f s", point, store, parts, time.perf_counter() - began)
         finally:
             it.close()
             ctx.stop_tuner()
-        manifest = autocache.write_manifest(store, key, len(parts))
+        manifest = autocache.write_manifest(store, key, parts)
         self._call(self._dispatcher.autocache_written, whole, point, {
             "elements": manifest["elements"], "bytes": manifest["bytes"],
-            "parts": len(parts), "seconds": time.perf_counter() - began})
+            "parts": parts, "seconds": time.perf_counter() - began})
 
     def _handle(self, worker_id: str):
         handle = self._handles.get(worker_id)

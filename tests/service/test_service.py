@@ -681,6 +681,11 @@ def test_the_autoscaler_scales_up_to_demand_then_drains_when_it_drops(svc, tmp_p
         assert auto.status().autoscaler is None
         with pytest.raises(ValueError, match="AUTOTUNE"):
             auto.plot_scaling()
+        auto.scale(jdata.AUTOTUNE)  # and back: it starts over from the workers that run
+        scaling = auto.status().autoscaler
+        assert scaling.target == 2 and scaling.phase == "estimate" and not scaling.decisions
+        with pytest.raises(ValueError, match="jdata.AUTOTUNE"):
+            auto.scale(0)
     finally:
         auto.stop()
 
@@ -710,8 +715,11 @@ def test_a_forced_marker_cache_is_written_then_read_and_another_job_with_the_pre
     entry = _autocache_entry(svc)
     assert entry.state == "put" and entry.mode == "marker" and "forced" in entry.chosen
     assert entry.written["elements"] == N and entry.written["parts"] == -(-N // SPLIT)
-    assert_same_sequence([materialize(e) for e in dist], expected)  # epoch 2 reads it
+    it = dist.iterator()  # epoch 2 reads it
+    assert_same_sequence([materialize(e) for e in it], expected)
     assert _autocache_entry(svc).state == "get"
+    reasons = [row["engine_reason"] for row in it.stats().rows]
+    assert any("autocache: get at the marker" in r for r in reasons), reasons
     # Another pipeline over the same prefix reads the cache from its first epoch.
     other = jdata.range(N).map(_square).autocache().map(lambda x: x * 3)
     assert_same_sequence([materialize(e) for e in other.distribute(svc)], _local(other))
