@@ -29,7 +29,7 @@ import math
 
 # The driver's interval: a sample is this long, once the worker count has been steady
 # (all workers joined, none draining) for the settle time.
-SAMPLE_SEC = 3.0
+SAMPLE_SEC = 4.0
 SETTLE_SEC = 1.0
 UP_GAIN = 0.07
 DOWN_LOSS = 0.03

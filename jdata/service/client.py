@@ -44,8 +44,8 @@ _PROGRESS_SEC = 10.0
 _OP = "distribute"
 # Reads kept running per worker: one being consumed, one producing ahead.
 _READS_PER_WORKER = 2
-# Heartbeats also carry the reports the autoscaler samples (every 3 s).
-_HEARTBEAT_SEC = 1.0
+# Heartbeats also carry the reports the autoscaler samples (every 4 s).
+_HEARTBEAT_SEC = 2.0
 # While no lease comes (workers being replaced), ask again this often, for at most this long.
 _LEASE_RETRY_SEC = 0.05
 _NO_WORKER_SEC = 120.0

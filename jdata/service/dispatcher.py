@@ -354,7 +354,10 @@ class Dispatcher:
                 self._clients_recent.add((job_id, client_id), report)
 
     def release(self, job_id: str, client_id: str) -> None:
-        """A client closed its iterator: its unfinished leases go back."""
+        """A client closed its iterator: its unfinished leases go back (after ``stop``,
+        as a trainer closes its iterators once the service is gone: nothing to do)."""
+        if self._stop.is_set():
+            return
         with self._lock:
             if job_id in self._state.jobs and client_id in self._state.clients(job_id):
                 self._commit([st.ClientGone(job_id=job_id, client_id=client_id)])
