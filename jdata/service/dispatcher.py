@@ -479,6 +479,8 @@ class Dispatcher:
         self._target = min(max(current, 1), policy.max_workers)
 
     def _autoscale(self) -> None:
+        """One tick of the autoscaler (the monitor's): the latest reports, whether the
+        worker count is steady, and the decision applied when it changes the count."""
         with self._lock:
             alive = [w for w in self._state.alive_workers() if w not in self._draining]
             now = time.monotonic()
