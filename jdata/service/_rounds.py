@@ -25,6 +25,9 @@ import collections
 import threading
 import time
 
+# A consumer that asks nothing for this long is counted out (here, and by the
+# dispatcher's agreement on runs, ``_run_outcomes``).
+CONSUMER_TIMEOUT_SEC = 10.0
 # Rounds are forgotten this long after their first request (a consumer that died never
 # takes its element)...
 _ROUND_TTL_SEC = 120.0
@@ -41,7 +44,7 @@ class RoundBuffer:
     """
 
     def __init__(self, produce, num_consumers: int, bound_sec: float, ahead: int = 16,
-                 consumer_timeout: float = 10.0):
+                 consumer_timeout: float = CONSUMER_TIMEOUT_SEC):
         self._produce, self._c, self._bound = produce, num_consumers, bound_sec
         self._ahead, self._consumer_timeout = ahead, consumer_timeout
         self._seen: dict[int, float] = {}  # consumer -> when it last asked for a round

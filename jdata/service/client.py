@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -58,6 +59,9 @@ _SHARED_BLOCK = 4096
 _ROUND_BOUND_SEC = 2.0
 # Runs of rounds a consumer requests ahead, the one it reads included.
 _RUNS_AHEAD = 3
+# A consumer whose run the others have yet to report waits this long on the dispatcher
+# for their reports, then asks again (a bounded wait holds a dispatcher thread briefly).
+_AGREE_WAIT_SEC = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -614,7 +618,10 @@ class _DistributeIterator(Tunable):
             results = self._round_results.get(start)
             began = time.perf_counter()
             if results is None:
-                results = self._round_results[start] = self._receive_run(start)
+                results, received = self._receive_run(start)
+                if self._agree(start, received) == "skip":  # another consumer lost it
+                    results = [(None, True, False)] * run
+                self._round_results[start] = results
             wait = time.perf_counter() - began
             self.stats.wait_sec += wait
             counters["round_wait_sec"] += wait
@@ -639,9 +646,9 @@ class _DistributeIterator(Tunable):
                 raise block[0].error
             return block
 
-    def _receive_run(self, start: int) -> list:
-        """The results of the run of rounds from ``start``; every round skipped when its
-        worker is gone (every consumer skips them: the worker served none of them)."""
+    def _receive_run(self, start: int) -> tuple[list, bool]:
+        """The results of the run of rounds from ``start``, and whether they came: when its
+        worker is gone every round is skipped (``_agree`` makes every consumer skip it)."""
         run = dispatcher_module.ROUNDS_PER_READ
         ref, worker_id = self._round_refs[start]
         try:
@@ -650,12 +657,22 @@ class _DistributeIterator(Tunable):
             while not self._ray.wait([ref], timeout=_LIVENESS_CHECK_SEC)[0]:
                 if worker_id not in self._call(self._dispatcher.workers):
                     raise self._ray.exceptions.ActorDiedError()
-            return self._ray.get(ref)
+            return self._ray.get(ref), True
         except self._ray.exceptions.RayError as e:
             if _error_kind(self._ray, e) == "udf":
                 raise _cause(e) from None
             self._schedule_until = self._round  # learn the new workers at once
-            return [(None, True, False)] * run
+            return [(None, True, False)] * run, False
+
+    def _agree(self, start: int, received: bool) -> str:
+        """What every consumer does with the run from ``start``: "use" or "skip". A worker
+        killed between its replies to a run leaves it with some consumers only; they all
+        skip it (``Dispatcher.run_outcome``)."""
+        while True:  # each call waits up to _AGREE_WAIT_SEC on the dispatcher for them
+            outcome = self._call(self._dispatcher.run_outcome, self._job_id, self._client_id,
+                                 start, received, _AGREE_WAIT_SEC)
+            if outcome != "wait":
+                return outcome
 
     def _refresh_schedule(self) -> None:
         entries, furthest = self._call(self._dispatcher.schedule, self._job_id,
@@ -688,6 +705,11 @@ class _DistributeIterator(Tunable):
             self._job_id, self._fingerprint, self._plan_ref, self._epoch,
             self._node.num_consumers, self._node.consumer_index, start, run,
             _ROUND_BOUND_SEC, self._node.compression)
+        # Its arrival is reported as it comes (on Ray's thread), not when this consumer
+        # reaches the run: the others' ``_agree`` need not wait for this one to get there
+        # (one thread driving several replicas reaches them one after another).
+        ref.future().add_done_callback(functools.partial(
+            _report_arrival, self._dispatcher, self._job_id, self._client_id, start))
         return ref, worker_id
 
     def _update_round_reason(self) -> None:
@@ -936,6 +958,16 @@ def _heartbeat(ray, dispatcher, job_id: str, client_id: str, stop: threading.Eve
             dispatcher.heartbeat.remote(job_id, client_id, report)
         except Exception:  # the dispatcher restarting: the next call retries
             pass
+
+
+def _report_arrival(dispatcher, job_id: str, client_id: str, start: int, future) -> None:
+    """A coordinated run's reply came: tell the dispatcher, without waiting (a failed reply
+    is reported when the consumer reaches the run)."""
+    try:
+        if future.exception() is None:
+            dispatcher.run_outcome.remote(job_id, client_id, start, True)
+    except Exception:  # cancelled, or the service is gone: the consumer reports it itself
+        pass
 
 
 def _cause(error):

@@ -24,7 +24,7 @@ import threading
 import time
 
 from jdata._constants import AUTOTUNE
-from jdata.service import _autocache_plans, autoscaler
+from jdata.service import _autocache_plans, _rounds, _run_outcomes, autoscaler
 from jdata.service import journal as journal_module
 from jdata.service import state as st
 from jdata.service import worker as worker_module
@@ -105,12 +105,14 @@ class Dispatcher:
         self._client_timeout = client_timeout
         self._window_bytes = window_bytes
         self._lock = threading.RLock()
+        self._runs_changed = threading.Condition(self._lock)  # coordinated runs' reports
         self._handles: dict = {}  # joined workers
         self._starting: dict = {}  # worker id -> (handle, its first ping, when it started)
         self._workers_recent, self._clients_recent = _Recent(), _Recent()
         # Coordinated jobs: (first round, workers) entries, and each client's round.
         self._schedules: dict[str, list] = {}
         self._rounds_seen: dict[str, dict] = {}
+        self._outcomes: dict[str, _run_outcomes.Outcomes] = {}  # runs used or skipped
         self._stop = threading.Event()
         if num_workers == AUTOTUNE:
             self._autotune(len(self._state.alive_workers()))
@@ -268,6 +270,7 @@ class Dispatcher:
                 for job_id in [j for j in self._schedules if j not in self._state.jobs]:
                     del self._schedules[job_id]
                     self._rounds_seen.pop(job_id, None)
+                    self._outcomes.pop(job_id, None)
                 self._clients_recent.keep({(job_id, client_id) for job_id in self._state.jobs
                                            for client_id in self._state.clients(job_id)})
 
@@ -430,6 +433,28 @@ class Dispatcher:
         """A client wrote a cache (its parts and manifest): for ``status()``."""
         with self._lock:
             self._caches.written(job_fp, point, summary)
+
+    def run_outcome(self, job_id: str, client_id: str, start: int, received: bool,
+                    wait_sec: float = 0.0) -> str:
+        """A coordinated consumer received the run from round ``start`` (or lost it with
+        its worker): ``"use"`` it, ``"skip"`` it, or ``"wait"`` and ask again, so that
+        all consumers do the same (``_run_outcomes``). Waits up to ``wait_sec`` (at most
+        1 s: a dispatcher thread is held) for the other consumers' reports."""
+        deadline = time.monotonic() + min(wait_sec, 1.0)
+        with self._runs_changed:
+            outcomes = self._outcomes.get(job_id)
+            if outcomes is None:
+                outcomes = self._outcomes[job_id] = _run_outcomes.Outcomes(
+                    _rounds.CONSUMER_TIMEOUT_SEC)
+            self._runs_changed.notify_all()  # the waiting see this report once we wait
+            while True:
+                live = set(self._state.clients(job_id)) if job_id in self._state.jobs \
+                    else set()
+                outcome = outcomes.report(client_id, start, received, time.monotonic(), live)
+                left = deadline - time.monotonic()
+                if outcome != _run_outcomes.WAIT or left <= 0:
+                    return outcome
+                self._runs_changed.wait(left)
 
     def workers(self) -> list:
         with self._lock:
