@@ -34,7 +34,7 @@ from jdata._plan import Node
 from jdata.runtime import states
 from jdata.runtime.iterator import Tunable
 from jdata.runtime.stats import OpStats
-from jdata.service import _blocks, _ray, autocache, splits
+from jdata.service import _blocks, _ray, _rounds, autocache, splits
 from jdata.service import dispatcher as dispatcher_module
 from jdata.service.dispatcher import NAME as DISPATCHER_NAME
 
@@ -668,11 +668,15 @@ class _DistributeIterator(Tunable):
         """What every consumer does with the run from ``start``: "use" or "skip". A worker
         killed between its replies to a run leaves it with some consumers only; they all
         skip it (``Dispatcher.run_outcome``)."""
-        while True:  # each call waits up to _AGREE_WAIT_SEC on the dispatcher for them
+        # Bounded: the others may never report a run (this consumer was restored far behind
+        # them, past what the dispatcher keeps): then what it has decides.
+        deadline = time.monotonic() + _rounds.CONSUMER_TIMEOUT_SEC
+        while time.monotonic() < deadline:  # each call waits up to _AGREE_WAIT_SEC
             outcome = self._call(self._dispatcher.run_outcome, self._job_id, self._client_id,
                                  start, received, _AGREE_WAIT_SEC)
             if outcome != "wait":
                 return outcome
+        return "use" if received else "skip"
 
     def _refresh_schedule(self) -> None:
         entries, furthest = self._call(self._dispatcher.schedule, self._job_id,
