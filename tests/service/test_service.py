@@ -357,7 +357,9 @@ def test_shared_jobs_read_one_stream_computed_once(svc):
         job = _wait_for(lambda: next((j for j in svc.status().jobs if j.name == "sweep"
                                       and j.shared and j.computed), None), 30,
                         "the shared job in the status")
-        assert job.computed < 1.5 * 600  # computed once for both (and a few blocks ahead)
+        # Computed once for both, and some blocks ahead (more under load): two streams
+        # would be 2 x 600 and their own blocks ahead.
+        assert job.computed < 2 * 600
         assert job.window_bytes > 0
         reason = next(r for r in a.stats().rows if r["stage"] == "distribute")["engine_reason"]
         assert "reads from the windows" in reason
