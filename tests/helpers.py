@@ -12,6 +12,16 @@ import pytest
 import jdata
 
 
+def plan_ops(node) -> list[str]:
+    """The op names of a plan's first-input chain, from the root down."""
+    out = []
+    while True:
+        out.append(node.op_name)
+        if not node.inputs():
+            return out
+        node = node.inputs()[0]
+
+
 def materialize(value):
     """Turns an element into comparable plain data; nested datasets become lists."""
     if isinstance(value, jdata.Dataset):

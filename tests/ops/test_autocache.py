@@ -11,18 +11,9 @@ from jdata import optimize
 from jdata._fingerprint import fingerprint
 from jdata.ops.autocache import AutocacheNode
 from jdata.service import _split_point
-from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list, plan_ops
 
 IMAGES = np.random.default_rng(0).integers(0, 256, size=(10, 8, 8, 3), dtype=np.uint8)
-
-
-def _ops(node) -> list[str]:
-    out = []
-    while True:
-        out.append(node.op_name)
-        if not node.inputs():
-            return out
-        node = node.inputs()[0]
 
 
 @pytest.mark.parametrize("mode", [None, "compute", "marker", "output"])
@@ -88,7 +79,7 @@ def test_the_optimizer_fuses_on_each_side_but_never_across():
     ds = (jdata.range(12).map(lambda x: x + 1).map(lambda x: x * 3).autocache()
           .map(lambda x: x - 2).map(lambda x: x // 2))
     result = optimize.optimize(ds._node, ds.options)
-    assert _ops(result.plan) == ["map", "autocache", "map", "range"]
+    assert plan_ops(result.plan) == ["map", "autocache", "map", "range"]
     assert [f.rule for f in result.fired] == ["map_fusion"]
     unmarked = (jdata.range(12).map(lambda x: x + 1).map(lambda x: x * 3)
                 .map(lambda x: x - 2).map(lambda x: x // 2))
@@ -99,16 +90,16 @@ def test_no_reordering_or_pushdown_crosses_the_marker():
     to_float = jdata.declare(lambda x: x.astype(np.float32) / 255, pointwise=True)
     crop = jdata.declare(lambda x: x[2:6, 2:6], selection=True)
     ds = jdata.from_tensor_slices(IMAGES).map(to_float).autocache().map(crop)
-    assert _ops(optimize.optimize(ds._node, ds.options).plan) == ["map", "autocache", "map",
+    assert plan_ops(optimize.optimize(ds._node, ds.options).plan) == ["map", "autocache", "map",
                                                                    "from_tensor_slices"]
     reads_x = jdata.declare(lambda e: e["x"] % 2 == 0, reads=["x"])
     writes_y = jdata.declare(lambda e: {"x": e["x"], "y": e["x"] * 2}, writes=["y"])
     filtered = jdata.range(8).map(lambda x: {"x": x}).map(writes_y).autocache().filter(reads_x)
     plan = optimize.optimize(filtered._node, filtered.options).plan
-    assert _ops(plan)[:2] == ["filter", "autocache"]
+    assert plan_ops(plan)[:2] == ["filter", "autocache"]
     # take over a map of a sequential input would sink below the map: not below the marker.
     taken = jdata.range(20).filter(lambda x: x > 2).map(lambda x: x * 2).autocache().take(3)
-    assert _ops(optimize.optimize(taken._node, taken.options).plan)[:3] == [
+    assert plan_ops(optimize.optimize(taken._node, taken.options).plan)[:3] == [
         "take", "autocache", "map"]
     for marked in (ds, filtered, taken):
         assert_same_sequence(take_list(marked),

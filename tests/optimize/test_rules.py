@@ -12,22 +12,13 @@ from jdata import optimize
 from jdata.ops.filter import FilterNode
 from jdata.ops.map import MapNode
 from jdata.ops.prefetch import InjectedPrefetchNode
-from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
+from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list, plan_ops
 
 OFF = jdata.Options(optimize=False)
 
 
 def _optimized(ds: jdata.Dataset):
     return optimize.optimize(ds._node, ds.options)
-
-
-def _ops(node) -> list[str]:
-    out = []
-    while True:
-        out.append(node.op_name)
-        if not node.inputs():
-            return out
-        node = node.inputs()[0]
 
 
 def _same_with_and_without(ds: jdata.Dataset) -> list:
@@ -42,7 +33,7 @@ def _same_with_and_without(ds: jdata.Dataset) -> list:
 def test_noop_elimination_removes_ops_that_change_nothing(make):
     ds = make(jdata.range(10).map(lambda x: x + 1))
     result = _optimized(ds)
-    assert _ops(result.plan) == ["map", "range"]
+    assert plan_ops(result.plan) == ["map", "range"]
     assert [f.rule for f in result.fired] == ["noop_elimination"]
     _same_with_and_without(ds)
 
@@ -57,7 +48,7 @@ def test_map_fusion_makes_one_map_with_the_same_outputs_and_state():
     ds = (jdata.range(12).map(lambda x: (x, x * 2)).map(lambda a, b: {"a": a, "b": b + 1})
           .map(lambda d: d["a"] + d["b"]))
     result = _optimized(ds)
-    assert _ops(result.plan) == ["map", "range"]
+    assert plan_ops(result.plan) == ["map", "range"]
     assert [f.rule for f in result.fired] == ["map_fusion"]
     expected = [x + 2 * x + 1 for x in range(12)]
     assert [int(x) for x in _same_with_and_without(ds)] == expected
@@ -95,7 +86,7 @@ def test_map_fusion_leaves_maps_that_differ_in_parallelism_or_vectorize():
 def test_filter_fusion_makes_one_filter_with_the_same_outputs():
     ds = jdata.range(30).filter(lambda x: x % 2 == 0).filter(lambda x: x % 3 == 0)
     result = _optimized(ds)
-    assert _ops(result.plan) == ["filter", "range"]
+    assert plan_ops(result.plan) == ["filter", "range"]
     assert isinstance(result.plan, FilterNode)
     assert [int(x) for x in _same_with_and_without(ds)] == [0, 6, 12, 18, 24]
     check_restore_at_every_step(ds)
@@ -178,7 +169,7 @@ def test_shard_and_skip_move_below_maps_of_sequential_inputs():
 
     ds = _generated(20).map(counted).map(lambda x: x + 1).skip(3).shard(4, 1)
     result = _optimized(ds)
-    assert _ops(result.plan) == ["map", "shard", "skip", "from_generator"]  # maps fused
+    assert plan_ops(result.plan) == ["map", "shard", "skip", "from_generator"]  # maps fused
     assert "pushdown" in [f.rule for f in result.fired]
     expected = [x * 10 + 1 for x in range(20)][3:][1::4]
     assert [int(x) for x in take_list(ds)] == expected
@@ -197,7 +188,7 @@ def test_take_moves_below_a_parallel_map_so_nothing_past_it_is_computed():
 
     ds = _generated(1000).map(counted, num_parallel_calls=4).take(5)
     result = _optimized(ds)
-    assert _ops(result.plan)[-3:] == ["map", "take", "from_generator"]
+    assert plan_ops(result.plan)[-3:] == ["map", "take", "from_generator"]
     assert "pushdown" in [f.rule for f in result.fired]
     assert [int(x) for x in take_list(ds)] == [0, 10, 20, 30, 40]
     assert sorted(calls) == [0, 1, 2, 3, 4]  # a parallel map no longer computes ahead
@@ -226,7 +217,7 @@ def test_vectorized_maps_fuse_into_one_jitted_function():
     result = _optimized(ds)
     fused = result.plan.input.input  # under the injected prefetch and the batch
     assert isinstance(fused, MapNode) and fused.vectorize
-    assert _ops(result.plan) == ["prefetch", "batch", "map", "from_tensor_slices"]
+    assert plan_ops(result.plan) == ["prefetch", "batch", "map", "from_tensor_slices"]
     on, off = take_list(ds), take_list(ds.with_options(OFF))
     assert len(on) == len(off) == 7
     for a, b in zip(on, off):
@@ -279,7 +270,7 @@ def test_a_parallel_map_and_its_filter_fuse_so_the_predicate_runs_on_the_workers
     ds = (jdata.range(200).map(lambda x: (x, x * 2), num_parallel_calls=2)
           .filter(costly_predicate))
     result = _optimized(ds)
-    assert _ops(result.plan) == ["prefetch", "map", "filter", "map", "range"]
+    assert plan_ops(result.plan) == ["prefetch", "map", "filter", "map", "range"]
     assert "map_filter_fusion" in [f.rule for f in result.fired]
     got = [(int(a), int(b)) for a, b in take_list(ds)]
     assert got == [(x, 2 * x) for x in range(200) if x % 3 != 0]
@@ -350,7 +341,7 @@ def test_repeat_by_index_keeps_one_process_pool_for_every_pass():
 def test_a_parallel_map_fuses_into_its_batch_over_a_sequential_input():
     ds = _generated(23).map(lambda x: x * 10, num_parallel_calls=2).batch(5)
     result = _optimized(ds)
-    assert _ops(result.plan) == ["prefetch", "map_batch", "from_generator"]
+    assert plan_ops(result.plan) == ["prefetch", "map_batch", "from_generator"]
     assert "map_batch_fusion" in [f.rule for f in result.fired]
     assert type(result.plan.input).__name__ == "MapBatchNode"
     batches = _same_with_and_without(ds)
