@@ -83,13 +83,24 @@ def augment(jpeg: bytes, rng: np.random.Generator) -> np.ndarray:
     return normalize(crop_flip(jpeg, rng))
 
 
-def jdata_pipeline(images, parallel=-1, engine="auto"):
+def plain_loop(images, repeat=False):
+    """The baseline: one thread, no framework: augment each image, stack, yield."""
+    while True:
+        for start in range(0, len(images), BATCH):
+            yield np.stack([augment(images[i], np.random.default_rng(i))
+                            for i in range(start, min(start + BATCH, len(images)))])
+        if not repeat:
+            return
+
+
+def jdata_pipeline(images, parallel=-1, engine="auto", repeat=False):
     import jax
 
     import jdata
 
     # Written as a tf.data user would: AUTOTUNE parallelism, prefetch.
-    return (jdata.from_source(images)
+    source = jdata.from_source(images)
+    return ((source.repeat() if repeat else source)
             .random_map(lambda jpeg, key: augment(jpeg, np.random.default_rng(key)),
                         jax.random.key(0), num_parallel_calls=parallel)
             .batch(BATCH).prefetch(jdata.AUTOTUNE).with_options(jdata.Options(engine=engine)))
@@ -100,7 +111,7 @@ HAND_PICKED = [{"parallel": 2, "engine": "threads"}, {"parallel": 3, "engine": "
                {"parallel": 4, "engine": "threads"}, {"parallel": 2, "engine": "processes"}]
 
 
-def tfdata_pipeline(images):
+def tfdata_pipeline(images, repeat=False):
     # Best configuration: native decode/resize/crop ops, parallel map, prefetch.
     import tensorflow as tf
 
@@ -116,24 +127,36 @@ def tfdata_pipeline(images):
         return image * scale + offset  # the same arithmetic as normalize()
 
     seeds = tf.data.Dataset.random(seed=0).batch(2)
-    ds = (tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(images), seeds))
+    source = tf.data.Dataset.from_tensor_slices(images)
+    ds = (tf.data.Dataset.zip((source.repeat() if repeat else source, seeds))
           .map(transform, num_parallel_calls=tf.data.AUTOTUNE)
           .batch(BATCH).prefetch(tf.data.AUTOTUNE))
     return ds.as_numpy_iterator()
 
 
-def grain_pipeline(images):
+def grain_threads_pipeline(images, repeat=False):
+    # grain's default: its read threads run the map.
+    import grain
+
+    source = grain.MapDataset.source(images)
+    if repeat:
+        source = source.repeat(None)
+    return source.seed(0).random_map(augment).batch(BATCH).to_iter_dataset()
+
+
+def grain_pipeline(images, repeat=False):
     # Best configuration found on 2 cores: 2 worker processes.
     import grain
 
-    ds = (grain.MapDataset.source(images).seed(0).random_map(augment)
-          .batch(BATCH).to_iter_dataset())
-    return ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    return grain_threads_pipeline(images, repeat).mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=2))
 
 
-def torch_pipeline(images):
+def torch_pipeline(images, repeat=False):
     # Best configuration on 2 cores: 2 worker processes.
     import torch.utils.data as tud
+
+    from benchmarks.steady import Forever
 
     class Images(tud.Dataset):
         def __len__(self):
@@ -142,8 +165,9 @@ def torch_pipeline(images):
         def __getitem__(self, i):
             return augment(images[i], np.random.default_rng(i))
 
-    return tud.DataLoader(Images(), batch_size=BATCH, num_workers=2)
+    return tud.DataLoader(Images(), batch_size=BATCH, num_workers=2,
+                          sampler=Forever(len(images)) if repeat else None)
 
 
 SYSTEMS = {"jdata": jdata_pipeline, "tf.data": tfdata_pipeline, "grain": grain_pipeline,
-           "torch": torch_pipeline}
+           "grain threads": grain_threads_pipeline, "torch": torch_pipeline}

@@ -49,12 +49,26 @@ def pad_batch(rows) -> np.ndarray:
     return out
 
 
-def jdata_pipeline(data, parallel=-1, engine="auto"):
+def plain_loop(data, repeat=False):
+    """The baseline: one thread, no framework: tokenize, pad, yield."""
+    texts, vocab = data
+    tokenize = Tokenizer(vocab)
+    while True:
+        for start in range(0, len(texts), BATCH):
+            yield pad_batch([tokenize(t) for t in texts[start:start + BATCH]])
+        if not repeat:
+            return
+
+
+def jdata_pipeline(data, parallel=-1, engine="auto", repeat=False):
     import jdata
 
     # Written as a tf.data user would: AUTOTUNE parallelism, prefetch.
     texts, vocab = data
-    return (jdata.from_source(texts).map(Tokenizer(vocab), num_parallel_calls=parallel)
+    source = jdata.from_source(texts)
+    if repeat:
+        source = source.repeat()
+    return (source.map(Tokenizer(vocab), num_parallel_calls=parallel)
             .padded_batch(BATCH).prefetch(jdata.AUTOTUNE)
             .with_options(jdata.Options(engine=engine)))
 
@@ -64,7 +78,7 @@ HAND_PICKED = [{"parallel": 2, "engine": "threads"}, {"parallel": 1, "engine": "
                {"parallel": 2, "engine": "processes"}, {"parallel": 3, "engine": "processes"}]
 
 
-def tfdata_pipeline(data):
+def tfdata_pipeline(data, repeat=False):
     # Best configuration: native string ops and a static hash table, parallel map.
     import tensorflow as tf
 
@@ -76,25 +90,37 @@ def tfdata_pipeline(data):
     def tokenize(text):
         return tf.cast(table.lookup(tf.strings.split(text)[:MAX_TOKENS]), tf.int32)
 
-    ds = (tf.data.Dataset.from_tensor_slices(texts)
+    source = tf.data.Dataset.from_tensor_slices(texts)
+    ds = ((source.repeat() if repeat else source)
           .map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
           .padded_batch(BATCH).prefetch(tf.data.AUTOTUNE))
     return ds.as_numpy_iterator()
 
 
-def grain_pipeline(data):
-    # Best configuration on 2 cores: worker processes for the GIL-bound UDF.
+def grain_threads_pipeline(data, repeat=False):
+    # grain's default: its read threads run the map.
     import grain
 
     texts, vocab = data
-    ds = (grain.MapDataset.source(texts).map(Tokenizer(vocab))
-          .batch(BATCH, batch_fn=pad_batch).to_iter_dataset())
+    source = grain.MapDataset.source(texts)
+    if repeat:
+        source = source.repeat(None)
+    return source.map(Tokenizer(vocab)).batch(BATCH, batch_fn=pad_batch).to_iter_dataset()
+
+
+def grain_pipeline(data, repeat=False):
+    # Best configuration on 2 cores: worker processes for the GIL-bound UDF.
+    import grain
+
+    ds = grain_threads_pipeline(data, repeat)
     return ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
 
 
-def torch_pipeline(data):
+def torch_pipeline(data, repeat=False):
     # Best configuration on 2 cores: 2 worker processes, padding collate.
     import torch.utils.data as tud
+
+    from benchmarks.steady import Forever
 
     texts, vocab = data
     tokenize = Tokenizer(vocab)
@@ -106,8 +132,9 @@ def torch_pipeline(data):
         def __getitem__(self, i):
             return tokenize(texts[i])
 
-    return tud.DataLoader(Texts(), batch_size=BATCH, num_workers=2, collate_fn=pad_batch)
+    return tud.DataLoader(Texts(), batch_size=BATCH, num_workers=2, collate_fn=pad_batch,
+                          sampler=Forever(len(texts)) if repeat else None)
 
 
 SYSTEMS = {"jdata": jdata_pipeline, "tf.data": tfdata_pipeline, "grain": grain_pipeline,
-           "torch": torch_pipeline}
+           "grain threads": grain_threads_pipeline, "torch": torch_pipeline}

@@ -5,6 +5,8 @@ Measures the framework's own per-element cost: the UDFs do almost nothing.
 
 from __future__ import annotations
 
+import numpy as np
+
 N = 200_000
 BATCH = 256
 
@@ -25,10 +27,29 @@ def items(n: int) -> int:
     return n
 
 
-def jdata_pipeline(n: int, parallel=None, engine="auto"):
+def plain_loop(n: int, repeat=False):
+    """The baseline: one thread, no framework."""
+    while True:
+        batch = []
+        for x in range(n):
+            y = double(x)
+            if keep(y):
+                batch.append(y)
+                if len(batch) == BATCH:
+                    yield np.asarray(batch)
+                    batch = []
+        if batch:
+            yield np.asarray(batch)
+        if not repeat:
+            return
+
+
+def jdata_pipeline(n: int, parallel=None, engine="auto", repeat=False):
     import jdata
 
-    return (jdata.range(n).map(double, num_parallel_calls=parallel).filter(keep).batch(BATCH)
+    source = jdata.range(n)
+    return ((source.repeat() if repeat else source)
+            .map(double, num_parallel_calls=parallel).filter(keep).batch(BATCH)
             .with_options(jdata.Options(engine=engine)))
 
 
@@ -36,30 +57,36 @@ def jdata_pipeline(n: int, parallel=None, engine="auto"):
 HAND_PICKED = [{"parallel": 2, "engine": "threads"}, {"parallel": 2, "engine": "processes"}]
 
 
-def tfdata_pipeline(n: int):
+def tfdata_pipeline(n: int, repeat=False):
     # Best configuration: the lambdas trace into a graph, so no Python runs per element.
     import tensorflow as tf
 
-    ds = (tf.data.Dataset.range(n).map(lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE)
+    source = tf.data.Dataset.range(n)
+    ds = ((source.repeat() if repeat else source)
+          .map(lambda x: x * 2, num_parallel_calls=tf.data.AUTOTUNE)
           .filter(lambda x: x % 3 != 0).batch(BATCH).prefetch(tf.data.AUTOTUNE))
     return ds.as_numpy_iterator()
 
 
-def grain_pipeline(n: int):
+def grain_pipeline(n: int, repeat=False):
     import grain
 
-    return (grain.MapDataset.range(n).map(double).filter(keep).to_iter_dataset()
+    source = grain.MapDataset.range(n)
+    return ((source.repeat(None) if repeat else source).map(double).filter(keep).to_iter_dataset()
             .batch(BATCH))
 
 
-def torch_pipeline(n: int):
+def torch_pipeline(n: int, repeat=False):
     # Best configuration here: a hand-written generator in the main process;
     # worker processes only add IPC for UDFs this cheap.
     import torch.utils.data as tud
 
     class Source(tud.IterableDataset):
         def __iter__(self):
-            return (d for d in map(double, range(n)) if keep(d))
+            while True:
+                yield from (d for d in map(double, range(n)) if keep(d))
+                if not repeat:
+                    return
 
     return tud.DataLoader(Source(), batch_size=BATCH, num_workers=0)
 

@@ -1,5 +1,10 @@
 """``make bench``: jdata against tf.data, grain and PyTorch on the same work, in one run.
 
+``overhead``, ``nlp`` and ``cv`` are measured as a training run sees them
+(``benchmarks/steady.py``): one infinite stream per system in a fresh process, time to
+first batch, then the steady state after a warm-up; interleaved rounds, medians, ratios
+to a plain single-threaded loop and to the best peer.
+
 Each workload (``overhead``, ``nlp``, ``cv``, ``feed``, ``optimizer``, ``storage``,
 ``shuffle_buffer``, ``parse_example``; one module each) defines the same pipeline for every
 system with that system's best configuration we know of (each module says which). For the
@@ -21,7 +26,7 @@ import argparse
 import time
 
 from benchmarks import (cv, feed, nlp, optimizer, overhead, parse_example, service,
-                        service_cachew, service_sharing, shuffle_buffer, storage)
+                        service_cachew, service_sharing, shuffle_buffer, steady, storage)
 
 WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer,
              "storage": storage, "shuffle_buffer": shuffle_buffer,
@@ -128,14 +133,18 @@ def main(argv=None) -> None:
                         help=f"which to run (default: all of {', '.join(WORKLOADS)})")
     parser.add_argument("--scale", type=float, default=1.0, help="data size multiplier")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="passes per system (best kept); feed makes one")
+                        help="passes per system (best kept; overhead, nlp and cv: "
+                        "interleaved rounds, at least 3, medians); feed makes one")
     parser.add_argument("--systems", nargs="*", default=None, help="only these systems")
     parser.add_argument("--no-tuning", action="store_true",
                         help="skip jdata's hand-picked configurations")
     args = parser.parse_args(argv)
     _parse_absl_flags()
     for name in args.workloads:
-        if name == "feed":
+        if name in ("overhead", "nlp", "cv"):
+            steady.report(name, rounds=max(3, args.repeats), scale=args.scale,
+                          tuning=not args.no_tuning, systems=args.systems)
+        elif name == "feed":
             run_feed(args.scale, args.systems)
         elif name == "optimizer":
             optimizer.report(args.scale, args.repeats)

@@ -14,6 +14,7 @@ from jdata import _planner, _random
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._plan import Node
 from jdata.runtime import states
+from jdata.runtime import iterator
 from jdata.runtime.iterator import Iterator
 
 
@@ -80,6 +81,7 @@ class _RepeatReader:
         self._pass = 0
         self._reader = self._pass_reader(0)
         self._n = len(self._reader)
+        self.prefers_blocks = getattr(self._reader, "prefers_blocks", False)
         passes = node.count
         if passes is None:  # forever: more elements than any job reads
             passes = _FOREVER_ELEMENTS // self._n if self._n else 0
@@ -94,10 +96,26 @@ class _RepeatReader:
 
     def __getitem__(self, index: int):
         repetition, offset = divmod(index, self._n)
+        return self._reader_of(repetition)[offset]
+
+    def _reader_of(self, repetition: int):
         if repetition != self._pass:  # reads mostly stay in one pass: keep its reader
             self._reader = self._pass_reader(repetition)
             self._pass = repetition
-        return self._reader[offset]
+        return self._reader
+
+    def read_block(self, lo: int, hi: int):
+        """One block read of the input per pass the block spans (a tight loop, not an
+        index per element)."""
+        elements, error = [], None
+        while lo < hi and error is None:
+            repetition, offset = divmod(lo, self._n)
+            end = min(hi, (repetition + 1) * self._n)
+            block, error = iterator.read_block(self._reader_of(repetition), offset,
+                                               offset + end - lo)
+            elements = block if not elements else [*elements, *block]
+            lo = end
+        return elements, error
 
 
 class _RepeatIterator(Iterator):

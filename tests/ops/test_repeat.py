@@ -112,3 +112,31 @@ def test_element_spec_and_str():
 def test_bad_arguments(count, error):
     with pytest.raises(error, match="repeat: count="):
         jdata.range(3).repeat(count)
+
+
+
+def _fails_on_3(x):
+    if x == 3:
+        raise ValueError("three")
+    return x
+
+
+def test_blocks_read_across_passes_match_reads_by_index():
+    # A filter reads its input a block at a time; the blocks span passes, each with its
+    # own shuffle order.
+    order = [int(x) for x in jdata.range(7).shuffle(KEY).repeat(3)]
+    assert [sorted(order[i:i + 7]) for i in (0, 7, 14)] == [list(range(7))] * 3
+    assert order[:7] != order[7:14]
+    ds = jdata.range(7).shuffle(KEY).repeat(3).filter(lambda x: x != 0)
+    assert [int(x) for x in ds] == [x for x in order if x != 0]
+    check_restore_at_every_step(ds)
+
+
+def test_an_element_failing_inside_a_block_read_across_passes_raises_in_its_place():
+    order = [int(x) for x in jdata.range(7).shuffle(KEY).repeat(3)]
+    ds = jdata.range(7).shuffle(KEY).repeat(3).map(_fails_on_3).filter(lambda x: x != 0)
+    it, seen = iter(ds), []
+    with pytest.raises(jdata.UDFError, match="three"):
+        for x in it:
+            seen.append(int(x))
+    assert seen == [x for x in order[:order.index(3)] if x != 0]
