@@ -11,7 +11,7 @@ import numpy as np
 
 from jdata import _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
-from jdata.runtime import states
+from jdata.runtime import persistent, states
 from jdata.runtime.context import Context
 
 _STATE_VERSION = 3
@@ -48,6 +48,8 @@ class DatasetIterator:
         if state is not None:
             state, epoch = self._checked(state)
         self._epoch = epoch
+        ctx.pool_home = node
+        persistent.opened(node)
         self._root = _planner.make_iterator(node, ctx, epoch)
         if state is not None:
             self._restore(self._root, state["state"])
@@ -152,11 +154,22 @@ class DatasetIterator:
         return self._ctx.autotuner().stats()
 
     def close(self) -> None:
-        """Stops the iterator and releases its resources. Idempotent."""
+        """Stops the iterator and releases its resources. Idempotent.
+
+        Worker processes are kept for the dataset's next iterator unless this
+        is the last open one (``jdata.runtime.persistent``); an iterator that is
+        dropped without ``close()``, as a ``for`` loop drops it, keeps them.
+        """
+        self._close(release=True)
+
+    def _close(self, release: bool) -> None:
         if not self._closed:
             self._closed = True
-            self._root.close()
-            self._ctx.stop_tuner()
+            try:
+                self._root.close()
+                self._ctx.stop_tuner()
+            finally:
+                persistent.closed(self._node, release)
 
     def __enter__(self):
         return self
@@ -166,7 +179,7 @@ class DatasetIterator:
 
     def __del__(self):
         try:
-            self.close()
+            self._close(release=False)
         except Exception:  # interpreter shutdown: nothing left to release
             pass
 

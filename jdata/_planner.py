@@ -8,6 +8,7 @@ register alternative factories here without touching the nodes.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from jdata._constants import AUTOTUNE
@@ -66,15 +67,21 @@ def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
                       deterministic: bool) -> Iterator:
     options = ctx.options
     # Workers build their readers from the options alone (the context holds
-    # the autotuner's thread, which cannot travel to worker processes).
+    # the autotuner's thread, which cannot travel to worker processes). The
+    # epoch comes with each task, so the workers serve the dataset's later
+    # iterators too (parked under its plan: jdata.runtime.persistent).
     iterator = parallel.ParallelIndexIterator(
-        lambda: make_reader(node, Context(options), epoch), parallelism, deterministic,
+        functools.partial(_subtree_reader, node, options), parallelism, deterministic,
         engine.subtree_engine(node, ctx), options.cpu_budget, engine.engine_key(node),
-        node.op_name)
+        node.op_name, epoch, ctx.pool_home, (node, options))
     ops = " <- ".join(n.op_name for n in walk(node))
     autotuned = any(n.parallel and n.num_parallel_calls == AUTOTUNE for n in walk(node))
     ctx.autotuner().register(iterator, f"{ops} (by index)", autotuned, False)
     return iterator
+
+
+def _subtree_reader(node: Node, options, epoch: int):
+    return make_reader(node, Context(options), epoch)
 
 
 def parallel_map(node: Node, ctx: Context, epoch: int, fn: Callable, threads: int,

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import textwrap
 import time
 
 import pytest
@@ -77,6 +78,24 @@ def test_an_address_where_nothing_listens_fails_at_once(scheme, action, capsys):
     err = capsys.readouterr().err
     assert f"jdata service {action}:" in err
     assert f"no Ray cluster answers at address={address!r}" in err
+
+
+def test_the_command_line_imports_ray_for_loopback_only():
+    # Its token step imported Ray before the loopback switch was set: an embedded service
+    # started later in the same process would have listened on the external address.
+    code = textwrap.dedent("""
+        import socket
+        from jdata import cli
+        with socket.socket() as bound:
+            bound.bind(("127.0.0.1", 0))
+            cli.main(["service", "status", "--address", f"127.0.0.1:{bound.getsockname()[1]}"])
+        from ray._private import ray_constants
+        print("cluster mode:", ray_constants.ENABLE_RAY_CLUSTER)
+    """)
+    env = {k: v for k, v in _env().items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert "cluster mode: False" in done.stdout, done.stdout + done.stderr
 
 
 class _Start:

@@ -18,6 +18,9 @@ class Context:
 
     options: Options = dataclasses.field(default_factory=Options)
     _tuner: object = None
+    # The dataset's optimized plan, under which worker processes are parked for its
+    # later iterators (jdata.runtime.persistent); None (a worker's context): never.
+    pool_home: object = None
 
     def __post_init__(self):
         # The pipeline's ram_budget counts for the whole process while it lives.

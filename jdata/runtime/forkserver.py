@@ -196,6 +196,7 @@ class Server:
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         theirs.close()
         self._request_lock = threading.Lock()
+        self.answered = False  # it has started a worker: its imports are done
 
     def fork(self, fds: list[int]) -> int:
         """Starts a worker holding ``fds`` (its task reader, its result writer); its pid."""
@@ -212,6 +213,7 @@ class Server:
                 raise ServerGone(
                     f"jdata: the worker fork server (pid {self._process.pid}) is gone "
                     f"(exit code {self._process.poll()}): {e}") from e
+        self.answered = True
         return _PID.unpack(reply)[0]
 
     def close(self, timeout: float) -> None:
@@ -221,6 +223,13 @@ class Server:
         except subprocess.TimeoutExpired:
             self._process.kill()  # it kills its workers only when it can run: they die with it
             self._process.wait()
+
+
+def ready() -> bool:
+    """Whether this process's server is up and has answered: starting workers then takes
+    milliseconds, where a first start waits for its imports (most of a second)."""
+    server = Server._instance
+    return server is not None and server.pid == os.getpid() and server.answered
 
 
 def fork(fds: list[int]) -> int:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from jdata.runtime import pool, states
 from jdata.runtime.iterator import Iterator, Reader, Tunable
 from jdata.runtime.outcomes import Outcome, WorkerError
-from jdata.runtime.pool import IndexJob, MapJob
+from jdata.runtime.pool import IndexJob, IndexTask, MapJob
 from jdata.runtime.stats import OpStats
 
 
@@ -37,8 +37,9 @@ class _Pooled(Tunable):
     """
 
     def __init__(self, job: Callable, parallelism: int, deterministic: bool, engine: str,
-                 cpu_budget: int | None, decision_key, op: str):
-        self._pool = pool.Pool(job, parallelism, engine, cpu_budget, decision_key)
+                 cpu_budget: int | None, decision_key, op: str, home=None, reuse_key=None):
+        self._pool = pool.Pool(job, parallelism, engine, cpu_budget, decision_key, home,
+                               reuse_key)
         self._op = op  # for errors in restored states
         self._deterministic = deterministic
         self._ready: collections.deque = collections.deque()  # (tag, outcome) to emit
@@ -107,14 +108,20 @@ class ParallelIndexIterator(_Pooled):
     indices past ``index`` already emitted.
     """
 
-    def __init__(self, make_reader: Callable[[], Reader], parallelism: int,
+    def __init__(self, make_reader: Callable[[int], Reader], parallelism: int,
                  deterministic: bool = True, engine: str = "threads",
-                 cpu_budget: int | None = None, decision_key=None, op: str = "parallel"):
+                 cpu_budget: int | None = None, decision_key=None, op: str = "parallel",
+                 epoch: int = 0, home=None, reuse_key=None):
+        """``make_reader(epoch)`` builds a reader; worker processes may be taken over from,
+        and are parked for, other iterators of ``reuse_key`` under ``home`` (see
+        ``jdata.runtime.persistent``)."""
         job = IndexJob(make_reader)
-        super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key, op)
+        super().__init__(job, parallelism, deterministic, engine, cpu_budget, decision_key, op,
+                         home, reuse_key)
+        self._epoch = epoch
         # A reader of its own, dropped at once: kept in the job's slot for this thread
         # (which reads nothing) it would hold the source's files open after close().
-        self._len = len(make_reader())
+        self._len = len(make_reader(epoch))
         self._low = 0  # every index below was emitted
         self._next_submit = 0
 
@@ -126,7 +133,7 @@ class ParallelIndexIterator(_Pooled):
                     indices.append(self._next_submit)
                 self._next_submit += 1
             if indices:
-                self._pool.submit(indices, indices)
+                self._pool.submit(IndexTask(self._epoch, indices), indices)
 
     def _mark_emitted(self, index: int) -> None:
         if index == self._low:

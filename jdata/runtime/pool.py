@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from jdata.runtime import executors, memory, worker
+from jdata.runtime import executors, forkserver, memory, persistent, worker
 from jdata.runtime.engine import initial_engine, remember
 from jdata.runtime.iterator import Reader
 from jdata.runtime.outcomes import Outcome, UnpicklableJobError, WorkerError, compute_all
@@ -59,29 +59,46 @@ class ChunkSizer:
         return max(1, min(_MAX_CHUNK, int(self.target_sec / max(self._sec_per_element, 1e-9))))
 
 
+class IndexTask(list):
+    """A chunk of indices to read in epoch ``epoch``: the epoch travels with the work, so
+    one job (and its worker processes) serves every epoch (``jdata.runtime.persistent``)."""
+
+    def __init__(self, epoch: int, indices):
+        super().__init__(indices)
+        self.epoch = epoch
+
+    def part(self, i: int) -> IndexTask:
+        """The task of the ``i``-th index alone."""
+        return IndexTask(self.epoch, [self[i]])
+
+    def __reduce__(self):
+        return IndexTask, (self.epoch, list(self))
+
+
 class IndexJob:
-    """Computes ``reader[i]`` for a chunk of indices; one reader per thread or process.
+    """Computes ``reader[i]`` for an ``IndexTask``; one reader per thread or process.
 
     Readers cache blocks of keys and permutations, so they are not
-    thread-safe; building one is cheap and deterministic.
+    thread-safe; building one is cheap and deterministic. ``make_reader``
+    takes the epoch; each thread keeps the reader of the last epoch it read.
     """
 
-    def __init__(self, make_reader: Callable[[], Reader]):
+    def __init__(self, make_reader: Callable[[int], Reader]):
         self._make_reader = make_reader
         self._local = threading.local()
 
-    def reader(self) -> Reader:
-        reader = getattr(self._local, "reader", None)
-        if reader is None:
-            reader = self._local.reader = self._make_reader()
-        return reader
+    def reader(self, epoch: int) -> Reader:
+        local = self._local
+        if getattr(local, "epoch", None) != epoch:
+            local.reader, local.epoch = self._make_reader(epoch), epoch
+        return local.reader
 
     def release(self) -> None:
         """Lets go of every thread's reader (readers of file sources hold open files)."""
         self._local = threading.local()
 
-    def __call__(self, indices: list[int]) -> list[Outcome]:
-        reader = self.reader()
+    def __call__(self, indices: IndexTask) -> list[Outcome]:
+        reader = self.reader(indices.epoch)
         read_block = getattr(reader, "read_block", None)
         if read_block is None or indices[-1] - indices[0] != len(indices) - 1:
             return compute_all(reader.__getitem__, indices)
@@ -134,8 +151,10 @@ class Pool:
     """
 
     def __init__(self, job: Callable, parallelism: int, engine: str = "threads",
-                 cpu_budget: int | None = None, decision_key=None):
+                 cpu_budget: int | None = None, decision_key=None, home=None, reuse_key=None):
         self.job = job
+        # Where worker processes are parked for the dataset's next iterator (None: never).
+        self._home, self._reuse_key = home, reuse_key
         self.parallelism = parallelism
         self.cpu_budget = cpu_budget or executors.usable_cores()
         # (tags, items, future) per chunk, oldest first.
@@ -146,20 +165,38 @@ class Pool:
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
                              engine_reason=self.engine_reason)
         memory.track(self.stats)
-        try:
-            self._executor = self._start(self.engine)
-        except (SharedMemoryError, UnpicklableJobError) as e:
-            # Processes, as an earlier iterator decided; a pipeline of the same code
-            # shares that decision even if its UDF holds data that does not pickle.
-            if not self._auto:
-                raise
+        kept = (persistent.take(home, reuse_key)
+                if self._auto and self.engine == "processes" else None)
+        if kept is not None:
+            kept.resize(parallelism)
+            self._executor = kept
+        elif self._auto and self.engine == "processes":
+            # As an earlier iterator decided, but none left its workers: threads compute
+            # until the processes are up (the fork server may still be starting).
             self._executor = self._start("threads")
-            self._stay_on_threads(e)
+            self.engine = self.stats.engine = "threads"
+            self._begin_switch(self.engine_reason)
+        else:
+            self._executor = self._start(self.engine)
         self.sizer = ChunkSizer(chunk_target(self.engine))
+
+    # Worker processes being started for a switch from threads: a future of the
+    # executor, and why. The threads go on computing meanwhile.
+    _starting: cf.Future | None = None
+    _starting_reason = ""
+
+    @property
+    def deciding(self) -> bool:
+        """Whether ``"auto"`` is still measuring, or starting the processes it chose."""
+        return self.chooser is not None or self._starting is not None
 
     def _start(self, engine: str):
         if engine == "processes":
             from jdata.runtime import processes
+            kept = persistent.take(self._home, self._reuse_key)
+            if kept is not None:  # an earlier iterator's workers: no fork, no job to ship
+                kept.resize(self.parallelism)
+                return kept
             return processes.ProcessExecutor(self.job, self.parallelism)
         return executors.ThreadExecutor(self.job, self.parallelism, self.cpu_budget)
 
@@ -181,6 +218,8 @@ class Pool:
         return max(1, size)
 
     def submit(self, items: list, tags: list) -> None:
+        if self._starting is not None and self._starting.done():
+            self._finish_switch()
         self.inflight.append((tags, items, self._executor.submit(items)))
 
     def take(self, deterministic: bool) -> list[tuple[Any, Outcome]]:
@@ -205,6 +244,8 @@ class Pool:
         self._record(outcomes, timing, waited)
         if self.chooser is not None:  # measuring on threads
             self._maybe_switch(timing, waited)
+        elif self._starting is not None and self._starting.done():
+            self._finish_switch()
         return list(zip(tags, outcomes, strict=True))
 
     def _result(self, tags: list, items: list, future: cf.Future) -> tuple[list, tuple]:
@@ -229,9 +270,10 @@ class Pool:
             return _chunk(tags)
         if len(tags) == 1:
             return f"it died on the input at position {tags[0]}"
-        for tag, item in zip(tags, items):
+        for i, (tag, item) in enumerate(zip(tags, items)):
             try:
-                self._executor.submit([item]).result()
+                single = items.part(i) if type(items) is IndexTask else [item]
+                self._executor.submit(single).result()
             except WorkerError as again:
                 if again.computing:
                     return f"it died on the input at position {tag}"
@@ -256,16 +298,44 @@ class Pool:
         if decision is None:
             return
         engine, reason = decision
-        if engine == "processes":
-            try:
-                processes = self._start("processes")
-            except (SharedMemoryError, UnpicklableJobError) as e:
-                self._stay_on_threads(e)
-                return
-            old, self._executor = self._executor, processes
-            old.shutdown()  # its chunks in flight still finish and are taken in order
-            self.sizer = ChunkSizer(chunk_target(engine))
-        self._settle(engine, reason)
+        if engine != "processes":
+            self._settle(engine, reason)
+            return
+        self._begin_switch(reason)
+
+    def _begin_switch(self, reason: str) -> None:
+        # A running fork server starts workers in milliseconds: the switch is made at
+        # once. Its first start imports jdata (most of a second): then the processes
+        # start on a thread of their own while the threads go on computing, and the
+        # switch completes at the first chunk submitted or taken once they are up.
+        self.chooser = None
+        self._starting, self._starting_reason = cf.Future(), reason
+        if forkserver.ready():
+            self._start_processes(self._starting)
+            self._finish_switch()
+            return
+        self.stats.engine_reason = f"starting worker processes: {reason}"
+        threading.Thread(target=self._start_processes, args=(self._starting,), daemon=True,
+                         name="jdata-start-processes").start()
+
+    def _start_processes(self, starting: cf.Future) -> None:
+        try:
+            starting.set_result(self._start("processes"))
+        except BaseException as e:
+            starting.set_exception(e)
+
+    def _finish_switch(self) -> None:
+        starting, self._starting = self._starting, None
+        try:
+            processes = starting.result()
+        except (SharedMemoryError, UnpicklableJobError) as e:
+            self._stay_on_threads(e)
+            return
+        processes.resize(self.parallelism)  # the autotuner may have changed it meanwhile
+        old, self._executor = self._executor, processes
+        old.shutdown()  # its chunks in flight still finish and are taken in order
+        self.sizer = ChunkSizer(chunk_target("processes"))
+        self._settle("processes", self._starting_reason)
 
     def _fall_back_to_threads(self, error: SharedMemoryError) -> None:
         """Moves the work to threads after a task found no room in shared memory."""
@@ -299,7 +369,18 @@ class Pool:
 
     def shutdown(self) -> None:
         self.cancel()
-        self._executor.shutdown()
+        executor = self._executor
+        if not (self.engine == "processes"
+                and persistent.park(self._home, self._reuse_key, executor)):
+            executor.shutdown()
+        starting, self._starting = self._starting, None
+        if starting is not None:  # processes not yet switched to: stopped once started
+            starting.add_done_callback(_shutdown_started)
+
+
+def _shutdown_started(starting: cf.Future) -> None:
+    if starting.exception() is None:
+        starting.result().shutdown()
 
 
 def _succeeded(future: cf.Future) -> bool:

@@ -405,6 +405,13 @@ class ProcessExecutor:
                 shared.workers[i] = _Worker(i, shared.job_segment)
                 _send_quietly(shared.wake_w, None)
 
+    def usable(self) -> bool:
+        """Whether this executor can run more tasks for this process: not shut down, its
+        workers able to start, and this process its owner (not a forked child)."""
+        shared = self._shared
+        return (shared.owner_pid == os.getpid() and not shared.closing
+                and shared.fatal is None)
+
     def pids(self) -> list[int]:
         return [w.pid for w in self._shared.workers]
 

@@ -131,6 +131,7 @@ def _send_local_token() -> None:
     """
     if _AUTH_MODE in os.environ:
         return
+    ray_module()  # the loopback switch first: Ray reads it once, at its import
     from ray._private.authentication import authentication_token_setup as setup  # noqa: PLC0415
 
     setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)

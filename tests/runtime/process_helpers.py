@@ -15,11 +15,26 @@ from typing import NamedTuple
 import numpy as np
 
 import jdata
-from jdata.runtime import pool, segments
+from jdata.runtime import outcomes, pool, processes, segments
 
 PROCESSES = jdata.Options(engine="processes")
 DEADLINE_SEC = 20.0
 SCRIPT_TIMEOUT_SEC = 120
+
+
+def fork_server_ready() -> None:
+    """Returns once this process's fork server answers (it imports jdata when it starts,
+    most of a second of CPU that would skew a measurement of the engine running beside
+    it): a worker is started and stopped."""
+    executor = processes.ProcessExecutor(_identity, 1)
+    try:
+        assert executor.submit([1]).result(SCRIPT_TIMEOUT_SEC)[0][0].get() == 1
+    finally:
+        executor.shutdown()
+
+
+def _identity(items):
+    return [outcomes.Outcome(item) for item in items]
 
 
 def my_segments(pid: int | None = None) -> list[str]:

@@ -17,7 +17,7 @@ KEY = jax.random.key(7)
 
 
 def _reader_factory(ds):
-    return lambda: _planner.make_reader(ds._node, Context(), 0)
+    return lambda epoch: _planner.make_reader(ds._node, Context(), epoch)
 
 
 def _shuffled_augmented(n=300):

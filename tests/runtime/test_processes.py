@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import jdata
-from jdata.runtime import engine, outcomes, segments, worker
+from jdata.runtime import engine, forkserver, outcomes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
-from tests.runtime.process_helpers import (PROCESSES, gone, group_gone, my_segments, pool_of,
-                                           python_work, read_line, run_script, wait_until,
-                                           write_script)
+from tests.runtime.process_helpers import (PROCESSES, fork_server_ready, gone, group_gone,
+                                           my_segments, pool_of, python_work, read_line,
+                                           run_script, wait_until, write_script)
 
 
 def test_engine_option_is_validated():
@@ -217,27 +217,68 @@ def _sleepy(x):
 
 
 def test_autotune_moves_a_gil_bound_udf_to_processes():
-    ds = jdata.range(3000).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
+    fork_server_ready()  # no server starting beside the measurement
+    ds = jdata.range(10 ** 9).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
         for _ in it:
-            if pool_of(it).chooser is None:
+            if not pool_of(it).deciding:
                 break
         assert pool_of(it).engine == "processes", pool_of(it).engine_reason
         assert "holds the GIL" in pool_of(it).engine_reason
-    # The same pipeline, even built again, starts where the measurement ended.
-    rebuilt = jdata.range(3000).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
+    # The same pipeline, even built again, starts where the measurement ended: it
+    # measures nothing, and computes on threads only until the processes are up.
+    rebuilt = jdata.range(10 ** 9).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
     with rebuilt.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
-        assert pool_of(it).engine == "processes" and pool_of(it).chooser is None
+        assert pool_of(it).chooser is None
         assert "measured by an earlier iterator" in pool_of(it).engine_reason
         assert int(next(it)["x"]) == 0
+        for _ in it:
+            if not pool_of(it).deciding:
+                break
+        assert pool_of(it).engine == "processes"
+
+
+def test_the_stream_goes_on_on_threads_while_the_worker_processes_start(monkeypatch):
+    # A fresh fork server imports jdata first: most of a second, during which the
+    # threads keep the consumer fed (the first epoch used to stall for it).
+    monkeypatch.setattr(engine, "_DECISIONS", {})  # measured anew, not remembered
+    forkserver.shutdown()
+    ds = jdata.range(10 ** 9).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
+    got, while_starting = [], 0
+    with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
+        for element in it:
+            got.append(int(element["x"]))
+            if pool_of(it).stats.engine_reason.startswith("starting worker processes"):
+                while_starting += 1
+            if not pool_of(it).deciding:
+                break
+        assert pool_of(it).engine == "processes", pool_of(it).engine_reason
+        got += [int(next(it)["x"]) for _ in range(50)]  # from the processes, in order
+    assert while_starting > 0
+    assert got == list(range(len(got)))
+
+
+def test_closing_while_the_worker_processes_start_leaves_none_behind(monkeypatch):
+    monkeypatch.setattr(engine, "_DECISIONS", {})
+    forkserver.shutdown()
+    ds = jdata.range(10 ** 9).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
+    with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
+        for _ in it:
+            starting = pool_of(it)._starting
+            if starting is not None:
+                break
+    executor = starting.result(timeout=60)  # started after the close: stopped at once
+    assert executor._shared.closing
+    wait_until(lambda: all(gone(pid) for pid in executor.pids()), "the workers exited")
 
 
 def test_autotune_keeps_a_gil_releasing_udf_on_threads():
+    fork_server_ready()  # no server starting beside the measurement
     ds = jdata.range(400).map(_sleepy, num_parallel_calls=jdata.AUTOTUNE)
     with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
         assert [int(x) for x in it] == list(range(400))
         assert pool_of(it).engine == "threads", pool_of(it).engine_reason
-        assert pool_of(it).chooser is None  # decided
+        assert not pool_of(it).deciding
 
 
 def test_one_core_stays_on_threads():
@@ -391,6 +432,7 @@ def _pipeline(wrapper: str, fn) -> jdata.Dataset:
 
 @pytest.mark.parametrize("wrapper", ["declare", "fused", "partial"])
 def test_engine_decisions_are_kept_per_udf_even_when_wrappers_share_their_code(wrapper):
+    fork_server_ready()  # no server starting beside the measurement
     with _pipeline(wrapper, _gil_bound).iterator() as it:
         for _ in it:
             if pool_of(it).chooser is None:
@@ -434,6 +476,7 @@ def _unpicklable_pipeline(n: int) -> jdata.Dataset:
 
 
 def test_autotune_keeps_a_gil_bound_udf_that_does_not_pickle_on_threads():
+    fork_server_ready()  # no server starting beside the measurement
     # The measurement says processes; they cannot take the UDF, so it stays on threads
     # (it crashed mid-iteration with cloudpickle's "cannot pickle '_thread.lock'").
     with _unpicklable_pipeline(3000).iterator() as it:
@@ -446,11 +489,12 @@ def test_autotune_keeps_a_gil_bound_udf_that_does_not_pickle_on_threads():
 def test_an_earlier_decision_for_processes_falls_back_for_a_udf_that_does_not_pickle():
     # Engine decisions are shared by pipelines of the same code, whatever data the UDF
     # holds: one measured with picklable data may meet one holding a lock.
-    ds = _unpicklable_pipeline(50)
+    ds = _unpicklable_pipeline(3000)
     engine.remember(engine.engine_key(ds._node)(), ("processes", "measured"))
     with ds.iterator() as it:
+        assert [int(e["x"]) for e in it] == list(range(3000))
+        assert pool_of(it).engine == "threads"
         assert "cannot be pickled" in pool_of(it).engine_reason
-        assert [int(e["x"]) for e in it] == list(range(50))
 
 
 def test_the_processes_engine_says_which_udf_does_not_pickle_and_the_fix():

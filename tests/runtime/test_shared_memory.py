@@ -106,15 +106,21 @@ def test_autotune_falls_back_to_threads_when_shared_memory_is_full(tmp_path, big
                 total += i
             return x, {returned}
 
-        ds = jdata.range(60).map(gil_bound, num_parallel_calls=jdata.AUTOTUNE)
+        ds = jdata.range(10 ** 6).map(gil_bound, num_parallel_calls=jdata.AUTOTUNE)
         with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
-            got = [(int(x), big.shape) for x, big in it]
             stage = it._root
             while not hasattr(stage, "_pool"):
                 stage = stage._input
             pool = stage._pool
-            print(json.dumps({{"complete": got == [(x, {returned}.shape) for x in range(60)],
-                              "engine": pool.engine, "reason": pool.engine_reason}}))
+            got, after = [], 0
+            for x, big in it:  # until the engine is decided (and processes tried), then 20
+                got.append((int(x), big.shape))
+                after += not pool.deciding
+                if after == 20:
+                    break
+            complete = got == [(x, {returned}.shape) for x in range(len(got))]
+            print(json.dumps({{"complete": complete, "engine": pool.engine,
+                              "reason": pool.engine_reason}}))
     """)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.splitlines()[-1])

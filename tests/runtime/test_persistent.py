@@ -1,0 +1,116 @@
+"""Worker processes kept for a dataset's later iterators (``jdata.runtime.persistent``)."""
+
+from __future__ import annotations
+
+import gc
+
+import jax
+import numpy as np
+
+import jdata
+from jdata.runtime import persistent
+from tests.helpers import take_list
+from tests.runtime.process_helpers import (PROCESSES, gone, my_segments, pool_of, python_work,
+                                           run_script, wait_until, write_script)
+
+
+def _keyed(x, key):
+    return x * 1000 + int(np.random.default_rng(key).integers(1000))
+
+
+def _pids(it) -> list[int]:
+    return pool_of(it)._executor.pids()
+
+
+def test_a_later_iterator_takes_over_the_workers_and_reads_its_own_epoch():
+    ds = jdata.range(60).random_map(_keyed, jax.random.key(0), num_parallel_calls=2)
+    on_threads = ds.with_options(jdata.Options(engine="threads"))
+    expected = [take_list(on_threads) for _ in range(3)]  # epochs 0, 1, 2
+    ds = ds.with_options(PROCESSES)
+    it = ds.iterator()
+    first, pids = [int(x) for x in it], _pids(it)
+    home = it._node
+    del it  # dropped, as a for loop drops it: its workers are parked
+    assert persistent.parked_count(home) == 1
+    it = ds.iterator()
+    assert _pids(it) == pids  # no fork, no job shipped
+    second = [int(x) for x in it]
+    del it
+    third = [int(x) for x in ds]
+    assert [first, second, third] == [[int(x) for x in e] for e in expected]
+    assert first != second
+
+
+def test_close_of_the_last_open_iterator_releases_the_workers():
+    ds = jdata.range(40).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
+    first, second = ds.iterator(), ds.iterator()
+    next(first), next(second)
+    pids = _pids(first)
+    home = first._node
+    first.close()  # another iterator of the dataset is open: kept for it
+    assert persistent.parked_count(home) == 1
+    assert not any(gone(pid) for pid in pids)
+    second.close()  # the last one: every parked worker stops
+    assert persistent.parked_count(home) == 0
+    wait_until(lambda: all(gone(pid) for pid in pids + _pids(second)), "the workers exited")
+    assert my_segments() == []
+
+
+def test_the_workers_go_with_the_dataset():
+    ds = jdata.range(40).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
+    it = ds.iterator()
+    list(it)
+    pids = _pids(it)
+    del it, ds
+    gc.collect()
+    wait_until(lambda: all(gone(pid) for pid in pids), "the workers exited")
+    assert my_segments() == []
+
+
+def test_a_restore_into_another_epoch_keeps_its_workers_busy_and_exact():
+    ds = jdata.range(30).random_map(_keyed, jax.random.key(1), num_parallel_calls=2)
+    expected = take_list(ds.with_options(jdata.Options(engine="threads")).repeat(2))
+    ds = ds.with_options(PROCESSES)
+    it = ds.iterator()
+    saved = None
+    for _ in range(10):
+        next(it)
+    later = ds.iterator()  # epoch 1
+    for _ in range(5):
+        next(later)
+    saved = later.get_state()
+    it.set_state(saved)  # epoch 0 -> 1: the epoch-0 pool parks, a new one runs epoch 1
+    assert [int(x) for x in it] == [int(x) for x in expected[35:]]
+    it.close()
+    later.close()
+
+
+def test_a_forked_child_never_takes_its_parents_parked_workers(tmp_path):
+    script = write_script(tmp_path, """
+        import os
+        import jdata
+        from jdata.runtime import persistent
+
+        def work(x):
+            return x * 2
+
+        ds = jdata.range(100).map(work, num_parallel_calls=2).with_options(
+            jdata.Options(engine="processes"))
+        it = ds.iterator()
+        assert [int(x) for x in it] == [2 * x for x in range(100)]
+        home = it._node
+        del it
+        assert persistent.parked_count(home) == 1
+        child = os.fork()
+        if child == 0:
+            # The parent's executor is not this process's: new workers, same stream.
+            ok = [int(x) for x in ds] == [2 * x for x in range(100)]
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(child, 0)
+        print("child:", os.waitstatus_to_exitcode(status))
+        print("parent:", [int(x) for x in ds] == [2 * x for x in range(100)])
+    """)
+    result = run_script(script)
+    assert result.returncode == 0, result.stderr
+    assert "child: 0" in result.stdout and "parent: True" in result.stdout, result.stdout
+    assert my_segments(result.pid) == []
