@@ -1,7 +1,9 @@
 """cv: JPEG decode, resize short side 256, random crop 224, random flip, normalize, batch 64.
 
 Over generated JPEGs of varied sizes (180-520 px a side). Decoding and
-resizing run in PIL (tf.data uses its native ops).
+resizing run in PIL (tf.data uses its native ops): in a UDF written by hand
+("jdata"), or as ``jdata.ops.image`` ops that the optimizer fuses into one
+UDF and normalizes once per batch ("jdata ops").
 """
 
 from __future__ import annotations
@@ -106,6 +108,24 @@ def jdata_pipeline(images, parallel=-1, engine="auto", repeat=False):
             .batch(BATCH).prefetch(jdata.AUTOTUNE).with_options(jdata.Options(engine=engine)))
 
 
+def jdata_ops_pipeline(images, parallel=-1, engine="auto", repeat=False):
+    import jax
+
+    import jdata
+    from jdata.ops import image
+
+    # The same parallelism on every map, so that decode_resize_fusion fuses the four.
+    crop_key, flip_key = jax.random.split(jax.random.key(0))
+    source = jdata.from_source(images)
+    return ((source.repeat() if repeat else source)
+            .map(image.decode_jpeg(), num_parallel_calls=parallel)
+            .map(image.resize(short_side=SHORT_SIDE), num_parallel_calls=parallel)
+            .random_map(image.random_crop(CROP, CROP), crop_key, num_parallel_calls=parallel)
+            .random_map(image.random_flip(), flip_key, num_parallel_calls=parallel)
+            .map(image.normalize(_MEAN, _STD), num_parallel_calls=parallel)
+            .batch(BATCH).prefetch(jdata.AUTOTUNE).with_options(jdata.Options(engine=engine)))
+
+
 # jdata configurations picked by hand, against which AUTOTUNE is judged.
 HAND_PICKED = [{"parallel": 2, "engine": "threads"}, {"parallel": 3, "engine": "threads"},
                {"parallel": 4, "engine": "threads"}, {"parallel": 2, "engine": "processes"}]
@@ -169,5 +189,6 @@ def torch_pipeline(images, repeat=False):
                           sampler=Forever(len(images)) if repeat else None)
 
 
-SYSTEMS = {"jdata": jdata_pipeline, "tf.data": tfdata_pipeline, "grain": grain_pipeline,
-           "grain threads": grain_threads_pipeline, "torch": torch_pipeline}
+SYSTEMS = {"jdata": jdata_pipeline, "jdata ops": jdata_ops_pipeline, "tf.data": tfdata_pipeline,
+           "grain": grain_pipeline, "grain threads": grain_threads_pipeline,
+           "torch": torch_pipeline}

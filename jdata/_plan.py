@@ -11,6 +11,8 @@ import dataclasses
 import weakref
 from typing import Any, ClassVar, NamedTuple
 
+import numpy as np
+
 from jdata import _tree
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 
@@ -175,6 +177,8 @@ def _describe(value, name: str = "") -> str:
     if callable(value) and hasattr(value, "__qualname__"):
         return value.__qualname__
     text = repr(value)
+    if isinstance(value, np.ndarray):  # one line, e.g. a fused random_map's stacked keys
+        text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
 
 

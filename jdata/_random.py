@@ -138,6 +138,11 @@ def repeat_epoch(parent: int, repetition: int) -> int:
 class KeyBlocks:
     """Per-position keys of one op in one epoch, derived in vectorized blocks.
 
+    ``key`` is one key's data (``uint32[2]``), or the keys of several random
+    ops stacked (``uint32[n, 2]``, an optimizer fusion of ``n`` random maps):
+    a position's keys are then an ``(n, 2)`` array whose row ``i`` is what
+    key ``i`` alone gives that position, so each fused op keeps its stream.
+
     Safe to share between threads: the current block is one ``(start, keys)``
     tuple, replaced whole, so a reader sees a consistent block (at worst two
     threads derive the same block twice).
@@ -146,15 +151,18 @@ class KeyBlocks:
     _BLOCK = 1024
 
     def __init__(self, key: np.ndarray, op_salt: int, epoch: int):
-        self._epoch_key = op_epoch_key(key, op_salt, epoch)
-        self._block: tuple[int, np.ndarray] = (0, np.empty((0, 2), np.uint32))
+        self._shape = np.shape(key)
+        self._epoch_keys = [op_epoch_key(k, op_salt, epoch)
+                            for k in np.asarray(key).reshape(-1, 2)]
+        self._block: tuple[int, np.ndarray] = (0, np.empty((0, *self._shape), np.uint32))
 
     def __getitem__(self, position: int) -> np.ndarray:
         start, keys = self._block
         offset = position - start
         if not 0 <= offset < len(keys):
             start = position - position % self._BLOCK
-            keys = element_keys(self._epoch_key, start, self._BLOCK)
+            streams = [element_keys(k, start, self._BLOCK) for k in self._epoch_keys]
+            keys = np.stack(streams, axis=1).reshape(self._BLOCK, *self._shape)
             self._block = (start, keys)
             offset = position - start
         # A copy: the UDF owns its key and may modify it without touching its neighbours'.

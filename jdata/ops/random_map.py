@@ -17,7 +17,14 @@ _SALT = _random.salt("random_map")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RandomMapNode(Node):
-    """See ``Dataset.random_map``."""
+    """See ``Dataset.random_map``.
+
+    ``key`` is the user's key data, or, where an optimizer rule fused several
+    random maps into one (``decode_resize_fusion``), their keys stacked
+    (``uint32[n, 2]``): ``fn`` then gets each element's ``(n, 2)`` keys, row
+    ``i`` from key ``i``'s stream (``_random.KeyBlocks``). Fusions build
+    stacked keys only for maps that are not vectorized.
+    """
 
     input: Node
     fn: Callable

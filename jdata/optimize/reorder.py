@@ -30,35 +30,13 @@ import numpy as np
 from jdata import _tree
 from jdata._declare import traits_of
 from jdata._plan import Node
-from jdata._spec import TensorSpec
 from jdata.ops import map as map_op
 from jdata.ops.filter import FilterNode
 from jdata.ops.map import MapNode
 from jdata.ops.random_map import RandomMapNode
-from jdata.optimize.rewrite import Rewritten, bottom_up, sink, udf_name
+from jdata.optimize.rewrite import (Rewritten, bottom_up, element_bytes, pointwise_map,
+                                    sink, udf_name)
 from jdata.runtime import probe, udf
-from jdata.runtime.stats import element_bytes
-
-
-def _element_bytes(node: Node) -> float | None:
-    """Bytes per element: from the spec if its shapes are fixed, else measured on the
-    first elements (images of varied sizes); ``None`` if neither works."""
-    try:
-        leaves = _tree.leaves(node.element_spec())
-        if all(isinstance(leaf, TensorSpec) and None not in leaf.shape for leaf in leaves):
-            return float(sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize
-                             for leaf in leaves))
-        elements = probe.first_elements(node, node.op_name)
-        return float(np.mean([element_bytes(e) for e in elements]))
-    except Exception:  # no evidence, no move
-        return None
-
-
-def _pointwise_map(node: Node) -> bool:
-    if type(node) is not MapNode:
-        return False
-    traits = traits_of(node.fn)
-    return traits is not None and traits.pointwise
 
 
 def _shrinking_selection(node: Node) -> bool:
@@ -67,7 +45,7 @@ def _shrinking_selection(node: Node) -> bool:
     traits = traits_of(node.fn)
     if traits is None or not traits.selection:
         return False
-    after, before = _element_bytes(node), _element_bytes(node.input)
+    after, before = element_bytes(node), element_bytes(node.input)
     return after is not None and before is not None and after < before
 
 
@@ -83,7 +61,7 @@ def _measured(selection: Node) -> str | None:
     """What moving ``selection`` below the pointwise maps under it saves, timed on the
     first elements (for ``explain()``); ``None`` if they cannot be run."""
     maps, below = [], selection.input
-    while _pointwise_map(below):
+    while pointwise_map(below):
         maps.append(below)
         below = below.input
     extra = (np.zeros(2, np.uint32),) if type(selection) is RandomMapNode else ()
@@ -131,12 +109,12 @@ class ReorderRule:
 
         def move(node: Node) -> Node:
             # The cheap check first: measuring sizes may run the pipeline's first elements.
-            if (type(node) in (MapNode, RandomMapNode) and _pointwise_map(node.input)
+            if (type(node) in (MapNode, RandomMapNode) and pointwise_map(node.input)
                     and _shrinking_selection(node)):
                 note = _measured(node)
                 if note is not None:
                     notes.append(note)
-                return sink(node, lambda _, below: _pointwise_map(below))
+                return sink(node, lambda _, below: pointwise_map(below))
             if type(node) is FilterNode:
                 return sink(node, _filter_independent_of)
             return node

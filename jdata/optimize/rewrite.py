@@ -1,12 +1,20 @@
 """Helpers rules share: rebuilding a node over new inputs, bottom-up rewrites, moving an
-op below others, naming composed UDFs."""
+op below others, naming composed UDFs, what declared UDFs and element sizes allow."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable
 
+import numpy as np
+
+from jdata import _tree
+from jdata._declare import traits_of
 from jdata._plan import Node, is_node_collection
+from jdata._spec import TensorSpec
+from jdata.ops.map import MapNode
+from jdata.runtime import probe
+from jdata.runtime.stats import element_bytes as _measured_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,3 +79,25 @@ def sink(node: Node, may_pass: Callable[[Node, Node], bool]) -> Node:
 def udf_name(fn) -> str:
     """How plans print a UDF (its qualified name), for names of composed UDFs."""
     return getattr(fn, "__qualname__", type(fn).__name__)
+
+
+def pointwise_map(node: Node) -> bool:
+    """True for a ``map`` whose UDF is declared pointwise (``jdata.declare``)."""
+    if type(node) is not MapNode:
+        return False
+    traits = traits_of(node.fn)
+    return traits is not None and traits.pointwise
+
+
+def element_bytes(node: Node) -> float | None:
+    """Bytes per element: from the spec if its shapes are fixed, else measured on the
+    first elements (images of varied sizes); ``None`` if neither works."""
+    try:
+        leaves = _tree.leaves(node.element_spec())
+        if all(isinstance(leaf, TensorSpec) and None not in leaf.shape for leaf in leaves):
+            return float(sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize
+                             for leaf in leaves))
+        elements = probe.first_elements(node, node.op_name)
+        return float(np.mean([_measured_bytes(e) for e in elements]))
+    except Exception:  # no evidence, no move
+        return None

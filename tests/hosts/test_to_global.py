@@ -337,3 +337,100 @@ def test_eight_devices_batches_that_do_not_split_fail_when_built_or_at_that_batc
     assert host["shards"] == 8 and host["batches"] == 8
     assert host["t"] == [str(i) for i in range(8)] and host["x"] == list(range(8))
     assert host["restored"] == [[str(i) for i in range(j, j + 8)] for j in range(8, 64, 8)]
+
+
+MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
+
+
+def _images(n=10, batch=4):
+    pixels = np.random.default_rng(0).integers(0, 256, (n, 5, 6, 3), dtype=np.uint8)
+    return pixels, jdata.from_tensor_slices({"image": pixels, "label": np.arange(n),
+                                             "raw": pixels}).batch(batch)
+
+
+def test_normalize_ships_uint8_and_normalizes_the_device_leaves_on_the_devices():
+    pixels, ds = _images()
+    sharding = {"image": BY_ROWS, "label": BY_ROWS, "raw": None}
+    for prefetch in (0, 2):
+        got = take_list(ds.to_global(sharding, prefetch=prefetch, normalize=(MEAN, STD)))
+        images = np.concatenate([np.asarray(b["image"]) for b in got])
+        assert got[0]["image"].dtype == np.float32 and got[0]["image"].sharding == BY_ROWS
+        np.testing.assert_allclose(images, (pixels - MEAN) / STD, rtol=1e-6, atol=1e-6)
+        assert np.asarray(got[0]["label"]).tolist() == [0, 1, 2, 3]  # not uint8: as is
+        assert got[0]["raw"].dtype == np.uint8  # on the host: as is
+    normalized = ds.to_global(sharding, normalize=(MEAN.tolist(), STD.tolist()))
+    assert normalized.element_spec["image"].dtype == np.float32
+    assert normalized.element_spec["raw"].dtype == np.uint8
+    assert "normalize=([123.675" in normalized.explain()
+    gray = take_list(jdata.from_tensors(np.full((2, 3), 51, np.uint8)).to_global(
+        BY_ROWS, normalize=(1, 2)))
+    np.testing.assert_array_equal(np.asarray(gray[0]), np.full((2, 3), 25, np.float32))
+
+
+def test_normalize_restores_exactly_at_every_step():
+    _, ds = _images(11, 2)
+    got = check_restore_at_every_step(ds.to_global({"image": BY_ROWS, "label": None,
+                                                    "raw": None}, prefetch=3,
+                                                   normalize=(MEAN, STD)))
+    assert len(got) == 6 and got[0]["image"].dtype == np.float32
+
+
+def test_normalize_bad_arguments_and_leaves_fail_clearly():
+    _, ds = _images()
+    with pytest.raises(TypeError, match=r"normalize='x' must be a \(mean, std\) pair"):
+        ds.to_global(BY_ROWS, normalize="x")
+    with pytest.raises(TypeError, match="pair"):
+        ds.to_global(BY_ROWS, normalize=(1, 2, 3))
+    with pytest.raises(ValueError, match="to_global: std=.* has a zero"):
+        ds.to_global(BY_ROWS, normalize=(0, [1, 0, 1]))
+    floats = jdata.from_tensor_slices({"image": np.zeros((4, 2, 2, 3), np.float32)}).batch(2)
+    with pytest.raises(ValueError) as info:  # known when built: no user code
+        floats.to_global(BY_ROWS, normalize=(MEAN, STD))
+    assert str(info.value).startswith(
+        "to_global: normalize=(mean, std) normalizes the uint8 leaves that go to the devices, "
+        "but none is uint8 (the leaf at ['image'] is float32); drop normalize=, or the "
+        "map(normalize(...)) before it")
+    behind_a_map = floats.map(lambda e: e).to_global(BY_ROWS, normalize=(MEAN, STD))
+    with pytest.raises(ValueError, match="but none is uint8"):
+        take_list(behind_a_map)
+    with pytest.raises(ValueError, match=r"normalize has 3 values per channel, but the leaf "
+                                         r"at \['image'\] has shape \(4, 5, 6, 4\)"):
+        take_list(jdata.from_tensors({"image": np.zeros((4, 5, 6, 4), np.uint8)})
+                  .map(lambda e: e).to_global(BY_ROWS, normalize=(MEAN, STD)))
+
+
+_EIGHT_DEVICES_NORMALIZE = textwrap.dedent("""
+    import json, os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import jax, numpy as np, jdata
+    P = jax.sharding.PartitionSpec
+    devices = np.array(jax.devices())
+    rows = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, ("data",)), P("data"))
+    grid = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(devices.reshape(4, 2), ("data", "model")), P("data"))
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 4, 4, 3), dtype=np.uint8)
+    mean, std = np.array([120.0, 110.0, 100.0]), np.array([60.0, 50.0, 40.0])
+    ds = jdata.from_tensor_slices(pixels).batch(16)
+    out = {}
+    for name, sharding in (("rows", rows), ("grid", grid)):
+        batches = list(ds.to_global(sharding, normalize=(mean, std)))
+        out[name] = {
+            "sharding": batches[0].sharding == sharding, "dtype": str(batches[0].dtype),
+            "shards": len(batches[0].addressable_shards),
+            "error": float(np.abs(np.concatenate([np.asarray(b) for b in batches])
+                                  - (pixels - mean) / std).max()),
+        }
+    print(json.dumps(out))
+""")
+
+
+def test_eight_devices_normalize_keeps_the_sharding():
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", _EIGHT_DEVICES_NORMALIZE],
+                            capture_output=True, text=True, timeout=240, env=env,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for name in ("rows", "grid"):
+        assert out[name]["sharding"] and out[name]["dtype"] == "float32", out
+        assert out[name]["shards"] == 8 and out[name]["error"] < 1e-5, out
