@@ -18,9 +18,7 @@ class Traits:
     Attributes:
       pointwise: each output value is computed from the input value at the
         same position alone, and the shape is kept (a dtype conversion,
-        normalization, brightness): it commutes with selections. It also
-        takes a stack of elements (a leading batch axis), as NumPy code
-        does, so it commutes with ``batch``.
+        normalization, brightness): it commutes with selections.
       selection: the output picks, and may reorder, input values without
         computing on them (a crop, a flip, a slice, a transpose).
       reads: the fields of a dict element the UDF reads (``None``: any).
@@ -52,17 +50,14 @@ def declare(fn: Callable, *, pointwise: bool = False, selection: bool = False,
     Args:
       fn: the UDF.
       pointwise: each output value depends only on the input value at the
-        same position, and the shape is kept (``x.astype(np.float32) / 255``);
-        ``fn`` also takes a batch of elements.
+        same position, and the shape is kept (``x.astype(np.float32) / 255``).
       selection: the output only picks input values (a crop or a flip).
       reads: for dict elements, the fields ``fn`` reads.
       writes: for dict elements, the fields ``fn`` changes (others pass through).
 
     With these, the optimizer moves a shrinking selection (a crop) before
     pointwise maps, and a filter whose fields a map does not write before
-    that map, so less data is computed on; and pointwise maps that grow the
-    elements (``uint8`` to ``float32``) after the ``batch`` they precede, so
-    they run once per batch.
+    that map, so less data is computed on.
 
     >>> import numpy as np, jdata
     >>> to_float = jdata.declare(lambda x: x.astype(np.float32) / 255, pointwise=True)

@@ -1,11 +1,14 @@
 """Moves pointwise maps that grow the elements after the ``batch`` they precede:
 ``map(normalize).batch(64)`` becomes ``batch(64).map(normalize)``.
 
-A declared pointwise map computes each value alone, keeps shapes and takes
-a stack of elements as well as one (``jdata.declare``), so it commutes
-with batching. Where it grows the elements (``uint8`` images to
-``float32``), batching first stacks a quarter of the bytes, and the map runs
-once per batch in one pass instead of once per element. A run of such maps
+``jdata.ops.image``'s pointwise kernels (``to_float``, ``normalize``)
+compute each value alone, keep shapes and take a stack of elements as well
+as one, so they commute with batching. Where they grow the elements
+(``uint8`` images to ``float32``), batching first stacks a quarter of the
+bytes, and the map runs once per batch in one pass instead of once per
+element. A user's UDF declared pointwise (``jdata.declare``) stays per
+element: nothing says it takes a stack (an OpenCV call on one image does
+not). A run of such maps
 right before the batch moves together if the run grows the elements. The
 decision follows element sizes (specs, or the first elements measured), as
 ``reorder`` does, so every run gets the same plan.
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from jdata._declare import Declared
 from jdata._plan import Node, walk
+from jdata.ops import _image_udfs as image_udfs
 from jdata.ops.batch import BatchNode
 from jdata.ops.ignore_errors import IgnoreErrorsNode
 from jdata.optimize.rewrite import bottom_up, element_bytes, pointwise_map
@@ -28,6 +33,17 @@ from jdata.optimize.rewrite import bottom_up, element_bytes, pointwise_map
 def _grows(top: Node, below: Node) -> bool:
     after, before = element_bytes(top), element_bytes(below)
     return after is not None and before is not None and after > before
+
+
+def _batchable(node: Node) -> bool:
+    """A map of one of jdata's pointwise image kernels, which take a batch as well."""
+    return (pointwise_map(node) and not node.vectorize
+            and isinstance(traits_fn(node.fn), (image_udfs.ToFloat, image_udfs.Normalize)))
+
+
+def traits_fn(fn):
+    """The function a ``jdata.declare`` wraps."""
+    return fn.fn if isinstance(fn, Declared) else fn
 
 
 class PointwiseAfterBatchRule:
@@ -41,7 +57,7 @@ class PointwiseAfterBatchRule:
             if type(node) is not BatchNode:
                 return node
             maps, below = [], node.input
-            while pointwise_map(below) and not below.vectorize:
+            while _batchable(below):
                 maps.append(below)
                 below = below.input
             if not maps or not _grows(maps[0], below):

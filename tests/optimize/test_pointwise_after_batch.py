@@ -53,6 +53,8 @@ def test_a_run_of_pointwise_maps_moves_together_if_it_grows_the_elements():
     lambda: jdata.from_tensor_slices(IMAGES.astype(np.float32)).map(  # does not grow
         image.normalize(MEAN, STD)),
     lambda: jdata.from_tensor_slices(IMAGES).map(lambda x: x / 255.0),  # not declared
+    lambda: jdata.from_tensor_slices(IMAGES).map(  # a user's UDF: it may take one image only
+        jdata.declare(lambda x: x / np.float32(255), pointwise=True)),
     lambda: jdata.from_tensor_slices(IMAGES).map(image.normalize(MEAN, STD)).random_map(
         image.random_flip(), jax.random.key(0)),  # not right before the batch
 ])
@@ -66,33 +68,40 @@ def test_plans_that_ignore_errors_are_left_alone():
     assert "pointwise_after_batch" not in _fired(ds.ignore_errors())
 
 
-def test_dict_elements_and_sequential_inputs():
-    to_float = jdata.declare(lambda e: {**e, "image": e["image"] / np.float32(255)},
-                             pointwise=True)
+def test_sequential_inputs():
+    def images():
+        yield from IMAGES
 
-    def rows():
-        for i, x in enumerate(IMAGES):
-            yield {"image": x, "id": np.int64(i)}
-
-    ds = jdata.from_generator(rows).map(to_float, num_parallel_calls=2).batch(4)
+    ds = jdata.from_generator(images).map(image.to_float(), num_parallel_calls=2).batch(4)
     assert "pointwise_after_batch" in _fired(ds)
     assert_same_sequence(take_list(ds), take_list(ds.with_options(OFF)))
 
 
+def _one_image_only(x):
+    # A user's pointwise UDF written for one image (as an OpenCV call is): not a batch.
+    if x.ndim != 3:
+        raise ValueError(f"one image expected, got shape {x.shape}")
+    return x.astype(np.float32)
+
+
 def _fails_on_five(x):
-    if (np.asarray(x) == 5).any():
+    if (_one_image_only(x) == 5).any():
         raise ValueError("five")
-    return np.asarray(x, np.float32)
+    return x.astype(np.float32)
 
 
-def test_restores_at_every_step_and_a_failing_element_fails_its_batch():
-    ds = jdata.from_tensor_slices(IMAGES).map(image.normalize(MEAN, STD)).batch(3)
-    check_restore_at_every_step(ds, take_list(ds.with_options(OFF)))
-    bad = jdata.from_tensor_slices(np.arange(12, dtype=np.uint8)).map(
+def test_a_users_declared_pointwise_udf_stays_per_element():
+    ds = jdata.from_tensor_slices(IMAGES).map(
+        jdata.declare(_one_image_only, pointwise=True)).batch(4)
+    assert "pointwise_after_batch" not in _fired(ds)
+    assert_same_sequence(take_list(ds), take_list(ds.with_options(OFF)))
+    bad = jdata.from_tensor_slices(np.arange(12, dtype=np.uint8).reshape(12, 1, 1, 1)).map(
         jdata.declare(_fails_on_five, pointwise=True)).batch(4)
     with pytest.raises(jdata.UDFError) as raised:
         take_list(bad)
-    assert (raised.value.op, raised.value.position) == ("map", 1)  # the batch of element 5
-    with pytest.raises(jdata.UDFError) as raised:
-        take_list(bad.with_options(OFF))
-    assert (raised.value.op, raised.value.position) == ("map", 5)
+    assert (raised.value.op, raised.value.position) == ("map", 5)  # the element, as unfused
+
+
+def test_restores_at_every_step():
+    ds = jdata.from_tensor_slices(IMAGES).map(image.normalize(MEAN, STD)).batch(3)
+    check_restore_at_every_step(ds, take_list(ds.with_options(OFF)))
