@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import signal
 
 import jax
 import numpy as np
@@ -114,3 +116,18 @@ def test_a_forked_child_never_takes_its_parents_parked_workers(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "child: 0" in result.stdout and "parent: True" in result.stdout, result.stdout
     assert my_segments(result.pid) == []
+
+
+def test_parked_workers_killed_meanwhile_are_replaced_for_the_next_iterator():
+    ds = jdata.range(80).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
+    it = ds.iterator()
+    first = [int(e["x"]) for e in it]
+    pids = _pids(it)
+    del it
+    for pid in pids:  # kill -9 while parked
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: all(gone(pid) for pid in pids), "the killed workers are reaped")
+    with ds.iterator() as it:
+        assert [int(e["x"]) for e in it] == first == list(range(80))
+        assert not set(_pids(it)) & set(pids)
+    assert my_segments() == []
