@@ -25,7 +25,7 @@ The ImageNet training pipeline:
 >>> batch.shape, batch.dtype
 ((3, 224, 224, 3), dtype('float32'))
 >>> unfused = next(iter(ds.with_options(jdata.Options(optimize=False))))
->>> bool(np.abs(batch - unfused).max() < 2 / 57)  # a DCT-scaled decode: within 2 levels
+>>> bool((batch == unfused).all())  # fused, the same arithmetic
 True
 
 What the optimizer does with them (``Options(optimize=False)`` turns it all
@@ -35,28 +35,31 @@ off and gives the unfused results):
   the selections (crops, flips), so a crop runs first.
 - ``decode_resize_fusion``: ``decode_jpeg`` then ``resize``, and a
   ``center_crop`` or ``random_crop`` and a ``random_flip`` after them, run as
-  one UDF. With ``antialias=True``, the JPEG is decoded at the smallest DCT
-  scale (1/2, 1/4, 1/8: nearly free in libjpeg-turbo) whose picture is still
-  at least the resize target; only the source box of the crop is resampled,
-  and the flip is done before the pixels reach NumPy. The crop window and
-  the flip are those of the unfused ops (each random op keeps its own key
-  stream). Pixel values are not bit-identical: a DCT-scaled decode differs
-  slightly from a full decode then resize (as ``tf.io.decode_jpeg(ratio=2)``
-  does: on average by about a level), and without DCT scaling values differ
-  by at most 1 (PIL takes the box in float32).
+  one UDF, with the crop windows and flips of the unfused ops (each random op
+  keeps its own key stream). With the default ``antialias=False`` it does
+  the unfused ops' arithmetic in one call (the same pixels) and flips with
+  a contiguous copy. With ``antialias=True``, the JPEG is decoded at the
+  smallest DCT scale (1/2, 1/4, 1/8: nearly free in libjpeg-turbo) whose
+  picture is still at least the resize target, and only the source box of
+  the crop is resampled: pixel values then differ slightly from a full
+  decode then resize (as ``tf.io.decode_jpeg(ratio=2)`` does: on average by
+  about a level), and without DCT scaling by at most 1 (PIL takes the box
+  in float32).
 - ``pointwise_after_batch``: pointwise maps right before ``batch`` that grow
   the elements (``normalize`` of ``uint8`` images) run once on the stacked
   batch, so batches are stacked as ``uint8``. ``Dataset.to_global(sharding,
   normalize=(mean, std))`` goes further and normalizes on the devices.
 
-``resize`` is bilinear with half-pixel centers (PIL), ``uint8`` in and out.
-With ``antialias=True`` (the default) it equals
-``tf.image.resize(x, size, "bilinear", antialias=True)`` rounded, within 1;
-tf's default ``antialias=False`` gives the same when enlarging, but when
-shrinking it samples 2x2 pixels per output, which aliases (tens of levels
-apart on detailed pictures). ``antialias=False`` does that too, within 1 of
-tf (PIL truncates: on average 0.5 lower), and is about 1.5x slower; the
-fusion then decodes at full scale. tf returns ``float32`` without rounding.
+``resize`` is bilinear with half-pixel centers, ``uint8`` in and out. With
+``antialias=False`` (the default, as tf's) it is OpenCV's ``INTER_LINEAR``
+resize, within 1 of ``tf.image.resize(x, size, "bilinear")`` (tf returns
+``float32`` without rounding); when shrinking, it samples 2x2 pixels per
+output, which aliases, as tf's does. ``antialias=True`` is PIL's resize,
+within 1 of ``tf.image.resize(..., antialias=True)``: it averages over each
+output pixel's footprint, and lets the fusion decode at a reduced DCT scale.
+``decode_jpeg`` decodes with libjpeg-turbo (simplejpeg; PIL for CMYK and
+other formats). The kernels need ``pip install 'jdata[image]'`` (pillow,
+opencv-python-headless, simplejpeg).
 
 The UDFs are objects of ``jdata.ops._image_udfs``: picklable for worker
 processes, and printed in plans as built (``resize(short_side=256)``).
@@ -72,11 +75,12 @@ from jdata.ops import _image_udfs as udfs
 
 
 def decode_jpeg():
-    """``bytes`` -> ``uint8`` RGB array, with PIL (``pip install pillow``)."""
+    """``bytes`` -> ``uint8`` RGB array: libjpeg-turbo through simplejpeg, or PIL for what
+    simplejpeg does not read (CMYK, other formats). ``pip install 'jdata[image]'``."""
     return declare(udfs.DecodeJpeg())
 
 
-def resize(short_side: int | None = None, size=None, antialias: bool = True):
+def resize(short_side: int | None = None, size=None, antialias: bool = False):
     """Bilinear resize to ``short_side`` or to ``size``: ``uint8`` -> ``uint8``.
 
     Args:
@@ -84,8 +88,8 @@ def resize(short_side: int | None = None, size=None, antialias: bool = True):
         longer keeps the aspect ratio, rounded to the nearest int (halves up).
       size: ``(height, width)`` of every output.
       antialias: when shrinking, average over each output pixel's footprint
-        (as ``tf.image.resize(antialias=True)`` and PIL) rather than sample
-        2x2 pixels (tf's default ``antialias=False``). See the module docs.
+        (as ``tf.image.resize(antialias=True)``, with PIL) rather than sample
+        2x2 pixels (tf's default, with OpenCV). See the module docs.
 
     Exactly one of ``short_side`` and ``size`` is given. Inputs are
     ``(height, width, channels)`` or ``(height, width)`` ``uint8`` arrays.

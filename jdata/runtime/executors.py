@@ -7,12 +7,48 @@ futures of ``(outcomes, (start, end, CPU seconds))`` from ``submit``.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import os
 import queue
 import threading
 import time
 from typing import Callable
+
+
+# jdata's daemon threads inside a call (a UDF, a pull) right now. At interpreter exit they
+# are given up to _EXIT_WAIT_SEC to finish it and take no more: a thread still inside
+# native code (OpenCV, libjpeg) while the C++ runtime tears down aborts the process
+# ("terminate called without an active exception", exit code 134).
+_busy: set[threading.Thread] = set()
+_EXIT_WAIT_SEC = 5.0
+_exiting = threading.Event()
+
+
+class busy:
+    """Marks the calling thread as inside a call until the ``with`` block ends."""
+
+    __slots__ = ("_thread",)
+
+    def __enter__(self):
+        self._thread = threading.current_thread()
+        _busy.add(self._thread)
+
+    def __exit__(self, *exc):
+        _busy.discard(self._thread)
+
+
+def exiting() -> bool:
+    """Whether the interpreter is exiting: daemon threads take no more work."""
+    return _exiting.is_set()
+
+
+@atexit.register
+def _let_busy_threads_finish() -> None:
+    _exiting.set()
+    deadline = time.monotonic() + _EXIT_WAIT_SEC
+    for thread in list(_busy):
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def usable_cores() -> int:
@@ -81,13 +117,15 @@ class _DaemonThreads:
     def _serve(self) -> None:
         while True:
             call = self._calls.get()
-            if call is None:
+            if call is None or _exiting.is_set():
                 return
             future, fn, args = call
             del call
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn(*args))
+                    with busy():
+                        result = fn(*args)
+                    future.set_result(result)
                 except BaseException as e:
                     future.set_exception(e)
             del future, fn, args  # nothing of a finished call kept alive while idle

@@ -6,7 +6,7 @@ import collections
 import threading
 import time
 
-from jdata.runtime import memory
+from jdata.runtime import executors, memory
 from jdata.runtime.iterator import Iterator, Tunable
 from jdata.runtime.outcomes import Outcome
 from jdata.runtime.stats import OpStats
@@ -93,13 +93,14 @@ class PrefetchIterator(Tunable):
                 if self._stop:
                     return
             with self._input_lock:
-                if self._stop:
+                if self._stop or executors.exiting():
                     return
                 before = None
                 start = time.perf_counter()
                 try:
                     before = self._input.snapshot()
-                    outcome = Outcome(next(self._input))
+                    with executors.busy():
+                        outcome = Outcome(next(self._input))
                     if stats.elements % _BYTES_SAMPLE_EVERY == 0:
                         stats.record_bytes(outcome.value)
                 except StopIteration:

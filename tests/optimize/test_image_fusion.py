@@ -87,8 +87,11 @@ def _flips(count: int, epoch: int) -> list[bool]:
     return [bool(keys[p][0] >> 31) for p in range(count)]
 
 
+SMOOTH = image.resize(short_side=SIDE, antialias=True)
+
+
 def test_without_dct_scaling_the_same_windows_and_flips_within_one_level():
-    ds = _chain(_jpegs(12, 20, 60))  # under twice the target: decoded at full scale
+    ds = _chain(_jpegs(12, 20, 60), resize=SMOOTH)  # under twice the target: full scale
     fused, unfused = _epochs(ds), _epochs(ds.with_options(OFF))
     assert np.abs(fused - unfused).max() <= 1  # PIL takes the crop's box in float32
     assert (fused != unfused).mean() < 0.05
@@ -99,7 +102,7 @@ def test_without_dct_scaling_the_same_windows_and_flips_within_one_level():
 
 def test_dct_scaled_decoding_keeps_the_windows_and_flips():
     jpegs = _jpegs(8, 70, 140, noise=0)  # 2x-4x the target: decoded at 1/2 or 1/4 scale
-    ds = _chain(jpegs)
+    ds = _chain(jpegs, resize=SMOOTH)
     fused, unfused = _epochs(ds), _epochs(ds.with_options(OFF))
     difference = np.abs(fused - unfused).mean()
     assert 0 < difference < 2
@@ -127,11 +130,13 @@ def test_partial_chains_fuse_too(crop, flip, node_type):
     assert all(np.abs(f.astype(int) - u).max() <= 1 for f, u in zip(fused, unfused))
 
 
-def test_antialias_false_fuses_without_dct_scaling_within_one_level():
+def test_the_default_resize_fuses_without_dct_scaling_bit_for_bit():
     # Up to 4x the target, noisy: a DCT-scaled decode would be far from sampling 2x2 pixels.
     ds = _chain(_jpegs(6, 20, 130), resize=image.resize(short_side=SIDE, antialias=False))
     assert plan_ops(_plan(ds)) == ["random_map", "from_source"]
-    assert np.abs(_epochs(ds) - _epochs(ds.with_options(OFF))).max() <= 1
+    fused, unfused = _epochs(ds), _epochs(ds.with_options(OFF))
+    np.testing.assert_array_equal(fused, unfused)
+    assert 0 < sum(_flips(6, 0)) < 6 and np.abs(fused[:6, :, ::-1] - unfused[:6]).mean() > 20
 
 
 def test_fixed_size_resize_fuses():
