@@ -29,7 +29,7 @@ from jdata.runtime.pool import IndexJob, IndexTask, MapJob
 from jdata.runtime.stats import OpStats
 
 
-class _Pooled(Tunable):
+class Pooled(Tunable):
     """Emits the outcomes of chunks computed on a ``Pool``.
 
     Subclasses keep the pool topped up (``_fill``) and record what was
@@ -100,7 +100,7 @@ class _Pooled(Tunable):
         return outcome.get()
 
 
-class ParallelIndexIterator(_Pooled):
+class ParallelIndexIterator(Pooled):
     """``reader[i]`` for ``i = 0 .. len-1``, computed ahead on the pool's workers.
 
     The state is ``{"index": i}`` (the next index to emit), the same as
@@ -161,7 +161,7 @@ class ParallelIndexIterator(_Pooled):
         self._pool.job.release()
 
 
-class ParallelMapIterator(_Pooled):
+class ParallelMapIterator(Pooled):
     """``fn(element, position)`` over a sequential input, computed on the pool's workers.
 
     Elements are pulled on the consumer's thread (the input iterator is not

@@ -37,3 +37,33 @@ def test_element_spec_and_cardinality():
 def test_bad_arguments(buffer_size, error):
     with pytest.raises(error, match="prefetch: buffer_size="):
         jdata.range(3).prefetch(buffer_size)
+
+
+def _busy_work(x, iterations=2000):
+    total = 0
+    for i in range(iterations):
+        total += i
+    return x
+
+
+def _prefetch_row(it) -> dict:
+    return next(r for r in it.stats().rows if r["stage"].startswith("Prefetch("))
+
+
+def test_autotune_prefetch_over_a_parallel_stage_starts_synchronous():
+    # The parallel stage computes ahead on its own workers: with an idle consumer a
+    # thread handoff per batch only costs (5% of the nlp benchmark's throughput).
+    ds = jdata.range(3000).map(_busy_work, num_parallel_calls=2).batch(30).prefetch(
+        jdata.AUTOTUNE)
+    with ds.iterator() as it:
+        assert sum(int(b.sum()) for b in it) == sum(range(3000))
+        assert _prefetch_row(it)["buffer_size"] == 0
+    with ds.prefetch(3).iterator() as it:  # a number is a buffer of that size
+        next(it)
+        assert _prefetch_row(it)["buffer_size"] == 3
+
+
+def test_autotune_prefetch_over_a_parallel_stage_restores_exactly():
+    ds = jdata.range(40).map(_busy_work, num_parallel_calls=2).batch(4).prefetch(
+        jdata.AUTOTUNE)
+    check_restore_at_every_step(ds, [np.arange(i, i + 4) for i in range(0, 40, 4)])
