@@ -61,7 +61,12 @@ def take(home, key):
 
 def park(home, key, executor) -> bool:
     """Keeps ``executor`` for the next iterator; ``False`` (the caller shuts it down)
-    where it cannot serve one, or another is parked for ``key`` already."""
+    where it cannot serve one, or another is parked for ``key`` already.
+
+    At most ``MAX_PER_HOME`` are kept per dataset, the oldest stopped first: the
+    datasets an ``interleave`` or ``flat_map`` builds per element are new subtrees
+    each time, whose workers no later iterator could take over.
+    """
     if home is None or not executor.usable():
         return False
     with _lock:
@@ -69,7 +74,13 @@ def park(home, key, executor) -> bool:
         if key in parked:
             return False
         parked[key] = executor
+        evicted = [parked.pop(k) for k in list(parked)[:max(0, len(parked) - MAX_PER_HOME)]]
+    for old in evicted:
+        old.shutdown()
     return True
+
+
+MAX_PER_HOME = 4
 
 
 def parked_count(home) -> int:

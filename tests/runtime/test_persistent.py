@@ -131,3 +131,34 @@ def test_parked_workers_killed_meanwhile_are_replaced_for_the_next_iterator():
         assert [int(e["x"]) for e in it] == first == list(range(80))
         assert not set(_pids(it)) & set(pids)
     assert my_segments() == []
+
+
+class _Executor:
+    """What parking asks of an executor: whether it can serve, and to stop."""
+
+    def __init__(self):
+        self.stopped = False
+
+    def usable(self) -> bool:
+        return not self.stopped
+
+    def shutdown(self) -> None:
+        self.stopped = True
+
+
+class _Home:
+    """A dataset's plan, as parking sees it: a key held weakly."""
+
+
+def test_at_most_a_few_executors_are_parked_per_dataset_the_oldest_stopped_first():
+    home, executors = _Home(), [_Executor() for _ in range(persistent.MAX_PER_HOME + 2)]
+    for i, executor in enumerate(executors):
+        assert persistent.park(home, ("subtree", i), executor)
+    assert persistent.parked_count(home) == persistent.MAX_PER_HOME
+    assert [e.stopped for e in executors] == [True, True] + [False] * persistent.MAX_PER_HOME
+    assert not persistent.park(home, ("subtree", 5), _Executor())  # one per subtree
+    assert persistent.take(home, ("subtree", 0)) is None  # stopped: gone
+    assert persistent.take(home, ("subtree", 2)) is executors[2]
+    persistent.opened(home)
+    persistent.closed(home, release=True)  # the last open iterator's close()
+    assert persistent.parked_count(home) == 0 and all(e.stopped for e in executors[3:])
