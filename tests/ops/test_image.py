@@ -286,3 +286,19 @@ def test_exiting_while_threads_run_the_kernels_does_not_abort(tmp_path, how, cod
                               text=True, timeout=120)
         assert done.returncode == code, done.stderr[-2000:]
         assert "terminate called" not in done.stderr
+
+
+@pytest.mark.parametrize("parallel", [None, 2])
+def test_truncated_and_foreign_bytes_are_element_errors_that_ignore_errors_skips(parallel):
+    def jpeg(value):
+        buffer = io.BytesIO()
+        Image.new("RGB", (40, 30), (value, value, value)).save(buffer, "JPEG")
+        return buffer.getvalue()
+
+    good = [jpeg(10 * i) for i in range(6)]
+    files = good[:2] + [good[2][:len(good[2]) // 2], b"not a jpeg"] + good[4:]
+    ds = jdata.from_source(files).map(image.decode_jpeg(), num_parallel_calls=parallel)
+    assert [int(x[0, 0, 0]) for x in ds.ignore_errors()] == [0, 10, 40, 50]
+    with pytest.raises(jdata.UDFError) as raised:
+        list(ds)
+    assert raised.value.position == 2

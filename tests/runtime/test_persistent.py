@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import threading
 
 import jax
 import numpy as np
@@ -162,3 +163,28 @@ def test_at_most_a_few_executors_are_parked_per_dataset_the_oldest_stopped_first
     persistent.opened(home)
     persistent.closed(home, release=True)  # the last open iterator's close()
     assert persistent.parked_count(home) == 0 and all(e.stopped for e in executors[3:])
+
+
+def test_iterators_on_several_threads_take_and_park_workers_without_mixing_epochs():
+    ds = jdata.range(40).random_map(_keyed, jax.random.key(2), num_parallel_calls=2)
+    on_threads = ds.with_options(jdata.Options(engine="threads"))
+    expected = {e: [int(x) for x in take_list(on_threads)] for e in range(6)}
+    ds = ds.with_options(PROCESSES)
+    got, errors = [], []
+
+    def read_three():
+        try:
+            for _ in range(3):
+                it = ds.iterator()
+                got.append((it.epoch, [int(x) for x in it]))
+                del it  # parked for whichever thread comes next
+        except Exception as e:  # reported below, on the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=read_three) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and sorted(e for e, _ in got) == list(range(6))
+    assert all(values == expected[epoch] for epoch, values in got)
