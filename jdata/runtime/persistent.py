@@ -24,7 +24,9 @@ from __future__ import annotations
 import threading
 import weakref
 
-_lock = threading.Lock()
+# Reentrant: an iterator's finalizer (``closed``) may run in a garbage collection that an
+# allocation under the lock set off, on the same thread.
+_lock = threading.RLock()
 # home -> {(subtree, options): executor}; one parked executor per subtree.
 _parked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # home -> iterators opened and not yet closed.

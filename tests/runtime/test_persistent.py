@@ -188,3 +188,23 @@ def test_iterators_on_several_threads_take_and_park_workers_without_mixing_epoch
         t.join(120)
     assert not errors and sorted(e for e, _ in got) == list(range(6))
     assert all(values == expected[epoch] for epoch, values in got)
+
+
+def test_an_iterator_collected_while_the_parking_lock_is_held_does_not_deadlock():
+    # A garbage collection set off by an allocation under the lock may finalize an
+    # iterator on the same thread, whose finalizer takes the lock again.
+    ds = jdata.range(10).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
+    it = ds.iterator()
+    next(it)
+    cycle = [it]
+    cycle.append(cycle)  # only the cyclic collector frees it
+    del it, cycle
+
+    def collect_under_the_lock():
+        with persistent._lock:
+            gc.collect()
+
+    collector = threading.Thread(target=collect_under_the_lock, daemon=True)
+    collector.start()
+    collector.join(30)
+    assert not collector.is_alive(), "deadlocked"
