@@ -1,9 +1,9 @@
 """cv: JPEG decode, resize short side 256, random crop 224, random flip, normalize, batch 64.
 
-Over generated JPEGs of varied sizes (180-520 px a side). Decoding and
-resizing run in PIL (tf.data uses its native ops): in a UDF written by hand
-("jdata"), or as ``jdata.ops.image`` ops that the optimizer fuses into one
-UDF and normalizes once per batch ("jdata ops").
+Over generated JPEGs of varied sizes (180-520 px a side). tf.data uses its
+native ops; the plain loop, grain, torch and "jdata" run the same PIL UDFs
+written by hand; "jdata ops" runs ``jdata.ops.image`` (libjpeg-turbo and
+OpenCV), which the optimizer fuses into one UDF and normalizes once per batch.
 """
 
 from __future__ import annotations
