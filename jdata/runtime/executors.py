@@ -25,22 +25,16 @@ _EXIT_WAIT_SEC = 5.0
 _exiting = threading.Event()
 
 
-class busy:
-    """Marks the calling thread as inside a call until the ``with`` block ends."""
-
-    __slots__ = ("_thread",)
-
-    def __enter__(self):
-        self._thread = threading.current_thread()
-        _busy.add(self._thread)
-
-    def __exit__(self, *exc):
-        _busy.discard(self._thread)
+def busy_marks():
+    """``(enter, leave)``: each takes the calling thread (``threading.current_thread()``,
+    looked up once per thread) and marks it inside a call or out of it. Bound set methods,
+    about 30 ns a call: prefetch producers mark each element."""
+    return _busy.add, _busy.discard
 
 
-def exiting() -> bool:
-    """Whether the interpreter is exiting: daemon threads take no more work."""
-    return _exiting.is_set()
+# Whether the interpreter is exiting: daemon threads take no more work (a bound method:
+# prefetch producers ask per element).
+exiting = _exiting.is_set
 
 
 @atexit.register
@@ -115,6 +109,7 @@ class _DaemonThreads:
         return future
 
     def _serve(self) -> None:
+        me, (enter, leave) = threading.current_thread(), busy_marks()
         while True:
             call = self._calls.get()
             if call is None or _exiting.is_set():
@@ -122,12 +117,13 @@ class _DaemonThreads:
             future, fn, args = call
             del call
             if future.set_running_or_notify_cancel():
+                enter(me)
                 try:
-                    with busy():
-                        result = fn(*args)
-                    future.set_result(result)
+                    future.set_result(fn(*args))
                 except BaseException as e:
                     future.set_exception(e)
+                finally:
+                    leave(me)
             del future, fn, args  # nothing of a finished call kept alive while idle
             self._idle.release()
 

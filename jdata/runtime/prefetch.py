@@ -81,6 +81,7 @@ class PrefetchIterator(Tunable):
 
     def _produce(self) -> None:
         stats = self.stats
+        me, (enter, leave) = threading.current_thread(), executors.busy_marks()
         while True:
             with self._cond:
                 while not self._stop:
@@ -99,8 +100,11 @@ class PrefetchIterator(Tunable):
                 start = time.perf_counter()
                 try:
                     before = self._input.snapshot()
-                    with executors.busy():
+                    enter(me)
+                    try:
                         outcome = Outcome(next(self._input))
+                    finally:
+                        leave(me)
                     if stats.elements % _BYTES_SAMPLE_EVERY == 0:
                         stats.record_bytes(outcome.value)
                 except StopIteration:
