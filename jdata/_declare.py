@@ -85,3 +85,8 @@ def declare(fn: Callable, *, pointwise: bool = False, selection: bool = False,
 
 def traits_of(fn) -> Traits | None:
     return fn.traits if isinstance(fn, Declared) else None
+
+
+def unwrapped(fn) -> Callable:
+    """The function a ``declare`` wraps (``fn`` itself if undeclared)."""
+    return fn.fn if isinstance(fn, Declared) else fn

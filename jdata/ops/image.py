@@ -70,7 +70,7 @@ from __future__ import annotations
 import numpy as np
 
 from jdata import _validate as check
-from jdata._declare import Declared, declare
+from jdata._declare import declare, unwrapped
 from jdata.ops import _image_udfs as udfs
 
 
@@ -171,7 +171,7 @@ def fused(inner, outer, outer_random: bool) -> udfs.DecodeResized | None:
     """The UDF running the map ``inner`` then ``outer`` (a ``random_map``'s if
     ``outer_random``) as one chain, where ``decode_resize_fusion`` fuses them, else
     ``None``: ``decode_jpeg`` then ``resize``, then a crop, then ``random_flip``."""
-    inner, outer = (fn.fn if isinstance(fn, Declared) else fn for fn in (inner, outer))
+    inner, outer = unwrapped(inner), unwrapped(outer)
     if isinstance(outer, (udfs.RandomCrop, udfs.RandomFlip)) != outer_random:
         return None  # e.g. a center_crop in a random_map: it fails unfused too
     if isinstance(inner, udfs.DecodeJpeg) and isinstance(outer, udfs.Resize):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jdata._declare import Declared
+from jdata._declare import unwrapped
 from jdata._plan import Node, walk
 from jdata.ops import _image_udfs as image_udfs
 from jdata.ops.batch import BatchNode
@@ -38,12 +38,7 @@ def _grows(top: Node, below: Node) -> bool:
 def _batchable(node: Node) -> bool:
     """A map of one of jdata's pointwise image kernels, which take a batch as well."""
     return (pointwise_map(node) and not node.vectorize
-            and isinstance(traits_fn(node.fn), (image_udfs.ToFloat, image_udfs.Normalize)))
-
-
-def traits_fn(fn):
-    """The function a ``jdata.declare`` wraps."""
-    return fn.fn if isinstance(fn, Declared) else fn
+            and isinstance(unwrapped(node.fn), (image_udfs.ToFloat, image_udfs.Normalize)))
 
 
 class PointwiseAfterBatchRule:
