@@ -245,7 +245,8 @@ def test_eight_devices_one_mesh_axis_and_a_replicated_axis():
     assert out["restored"] and out["restored_count"] == 4
 
 
-_DIVISIBILITY = textwrap.dedent("""
+# The preamble of the scripts run on 8 forced CPU devices: a row mesh and a 4x2 grid.
+_MESHES = textwrap.dedent("""
     import json, os
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     import jax, numpy as np, jdata
@@ -254,6 +255,10 @@ _DIVISIBILITY = textwrap.dedent("""
     rows = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, ("data",)), P("data"))
     grid = jax.sharding.NamedSharding(
         jax.sharding.Mesh(devices.reshape(4, 2), ("data", "model")), P("data"))
+""")
+
+
+_DIVISIBILITY = _MESHES + textwrap.dedent("""
     replicated = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, ("data",)), P())
     texts = jdata.range(64).map(lambda i: {"x": np.float32(i), "t": str(i)})
 
@@ -399,15 +404,7 @@ def test_normalize_bad_arguments_and_leaves_fail_clearly():
                   .map(lambda e: e).to_global(BY_ROWS, normalize=(MEAN, STD)))
 
 
-_EIGHT_DEVICES_NORMALIZE = textwrap.dedent("""
-    import json, os
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    import jax, numpy as np, jdata
-    P = jax.sharding.PartitionSpec
-    devices = np.array(jax.devices())
-    rows = jax.sharding.NamedSharding(jax.sharding.Mesh(devices, ("data",)), P("data"))
-    grid = jax.sharding.NamedSharding(
-        jax.sharding.Mesh(devices.reshape(4, 2), ("data", "model")), P("data"))
+_EIGHT_DEVICES_NORMALIZE = _MESHES + textwrap.dedent("""
     pixels = np.random.default_rng(0).integers(0, 256, (32, 4, 4, 3), dtype=np.uint8)
     mean, std = np.array([120.0, 110.0, 100.0]), np.array([60.0, 50.0, 40.0])
     ds = jdata.from_tensor_slices(pixels).batch(16)
