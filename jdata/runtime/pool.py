@@ -165,14 +165,9 @@ class Pool:
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
                              engine_reason=self.engine_reason)
         memory.track(self.stats)
-        kept = (persistent.take(home, reuse_key)
-                if self._auto and self.engine == "processes" else None)
-        if kept is not None:
-            kept.resize(parallelism)
-            self._executor = kept
-        elif self._auto and self.engine == "processes":
-            # As an earlier iterator decided, but none left its workers: threads compute
-            # until the processes are up (the fork server may still be starting).
+        if self._auto and self.engine == "processes":
+            # As an earlier iterator decided: its parked workers, or new ones at once where
+            # the fork server answers; else threads compute until the processes are up.
             self._executor = self._start("threads")
             self.engine = self.stats.engine = "threads"
             self._begin_switch(self.engine_reason)
