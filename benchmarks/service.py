@@ -93,18 +93,13 @@ class Cluster:
         return service.connect(namespace=svc.ref.namespace) if measured_splits else svc
 
     def wait_idle(self, svc, timeout_sec: float = 120.0) -> None:
-        """Until every worker answers and runs no read. A closed iterator's reads run on to
-        their split's end (nothing cancels them): without this wait they would slow the
-        next measurement."""
+        """Until every worker answers and runs no read (a closed iterator's reads end at
+        their next block: without this wait they could slow the next measurement)."""
         deadline = time.monotonic() + timeout_sec
         while time.monotonic() < deadline:
-            workers = svc.status().workers
-            if all(w.pid for w in workers):
-                handles = [self.ray.get_actor(w.worker_id, namespace=svc.ref.namespace)
-                           for w in workers]
-                if not any(info["active"] for info in
-                           self.ray.get([h.info.remote() for h in handles])):
-                    return
+            workers = svc.status().workers  # pinged now: ``active`` is the reads running
+            if all(w.pid for w in workers) and not any(w.active for w in workers):
+                return
             time.sleep(0.05)
         raise RuntimeError(f"benchmarks.service: the workers of {svc.ref.namespace} were not "
                            f"idle after {timeout_sec:.0f} s:\n{svc.status()}")
@@ -156,7 +151,7 @@ def scale_out(cluster: Cluster, counts=WORKER_COUNTS, rounds: int = 3, warmup_se
               measure_sec: float = 3.0, delay: float = SLEEP_SEC) -> dict:
     """Per worker count: elements/s, the ratio to linear (from the first count's rate per
     worker) and to the ideal (``reads per worker / delay`` per worker)."""
-    from jdata.service import client
+    from jdata.service import _lease_reader
 
     above = jdata.range(_SLEEPY_ELEMENTS).map(functools.partial(_sleepy, delay=delay))
     systems = {n: lambda n=n: above.distribute(cluster.service(n)).iterator() for n in counts}
@@ -165,7 +160,7 @@ def scale_out(cluster: Cluster, counts=WORKER_COUNTS, rounds: int = 3, warmup_se
     rates = _rounds(systems, rounds, lambda make: steady(make, warmup_sec, measure_sec),
                     lambda n: cluster.wait_idle(cluster.service(n)))
     per_worker = rates[counts[0]][1] / counts[0]
-    ideal = client._READS_PER_WORKER / delay
+    ideal = _lease_reader.READS_PER_WORKER / delay
     return {n: {"elements_per_sec": rate, "of_linear": rate / (n * per_worker),
                 "of_ideal": rate / (n * ideal)} for n, (_, rate) in rates.items()}
 

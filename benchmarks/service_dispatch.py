@@ -2,13 +2,14 @@
 
 The data service's dispatcher grants every split of every epoch; at 10^5
 leases/s of demand it must not be the bottleneck. This measures its hot path
-without Ray, as the dispatcher actor runs it per client request: the client
-reports its previous batch done and asks for ``batch`` more, and the
-dispatcher applies ``ClientSeen`` + ``SplitsDone``, asks ``grant`` for the
-leases, applies them, and appends the three updates to the journal in one
-transaction (one fsync, ``synchronous=FULL``). ``clients`` clients take turns
-on one job of ``num_splits`` splits over ``workers`` workers; one worker is
-lost half-way (its leases are re-issued) so that path is in the figure too.
+without Ray, with the very code the dispatcher actor runs per client request
+(``_requests.lease``): the client reports its previous batch done and asks for
+``batch`` more; the dispatcher applies ``ClientSeen`` and ``UnitsDone``, asks
+``grant`` for the leases, applies them, and appends what it applied (but the
+heartbeat) to the journal in one transaction (one fsync,
+``synchronous=FULL``). ``clients`` clients of one named job take turns on its
+``num_splits`` splits over ``workers`` workers; one worker is lost half-way
+(its leases are re-issued) so that path is in the figure too.
 
 Reported: leases/s with the journal (target >= 5,000/s), leases/s of the state
 and policies alone (no journal), and how fast ``restore`` replays the
@@ -23,8 +24,10 @@ import os
 import tempfile
 import time
 
+from jdata.service import _requests
 from jdata.service import journal as J
 from jdata.service import state as S
+from jdata.service._messages import LeaseRequest
 
 NUM_SPLITS = 10**6  # a large job: the state's cost must not grow with it
 LEASES = None  # leases measured; None: the whole job, to its last split done
@@ -42,14 +45,14 @@ def run(path: str | None, leases: int | None = LEASES, num_splits: int = NUM_SPL
     state = S.DispatcherState()
     journal = J.Journal(path) if path is not None else None
     setup = [S.WorkerJoined(f"w{w}") for w in range(workers)]
-    setup.append(S.JobCreated("job", "bench", "fp", 0, num_splits, "dynamic"))
-    setup += [S.ClientSeen("job", f"c{c}", 0.0) for c in range(clients)]
+    setup.append(S.JobCreated("job", "bench", "fp", 0, "dynamic", num_splits, None))
+    setup += [S.ClientJoined("job", f"c{c}", f"l{c}", 0.0) for c in range(clients)]
     _commit(state, journal, setup)
     held = {f"c{c}": () for c in range(clients)}
     granted = requests = 0
     start = time.perf_counter()
     lose_at = (leases or num_splits) // batch // 2
-    while not state.finished("job") and (leases is None or granted < leases):
+    while not _all_done(state) and (leases is None or granted < leases):
         if requests == lose_at:  # its leases were not read: re-issued to the same clients
             _commit(state, journal, [S.WorkerLost("w0")])
             held = {c: tuple(lease for lease in mine if lease[1] != "w0")
@@ -62,24 +65,30 @@ def run(path: str | None, leases: int | None = LEASES, num_splits: int = NUM_SPL
     if journal is not None:
         journal.close()
     return {"leases": granted, "requests": requests, "seconds": elapsed,
-            "finished": state.finished("job"),
+            "finished": _all_done(state),
             "leases_per_sec": granted / elapsed, "done": state.job("job").done}
 
 
 def _request(state, journal, client_id: str, held, batch: int):
     """One client call, as the dispatcher serves it: the client's leases afterwards."""
-    updates = [S.ClientSeen("job", client_id, time.time())]
-    if held:  # all read: reported done with the next request
-        updates.append(S.SplitsDone("job", client_id, tuple(split for split, _ in held)))
-    for update in updates:
+    applied = []
+
+    def apply(update):
         state.apply(update)
-    lease = S.grant(state, "job", client_id, batch, max_outstanding=batch)
-    if lease is not None:
-        state.apply(lease)
-        updates.append(lease)
+        if type(update) is not S.ClientSeen:  # heartbeats are not journaled
+            applied.append(update)
+
+    # All read: reported done with the next request.
+    reply = _requests.lease(state, LeaseRequest("job", client_id, batch, batch,
+                                                tuple(split for split, _ in held)),
+                            apply, now=time.time())
     if journal is not None:
-        journal.append(updates)  # one transaction, one fsync
-    return lease.leases if lease is not None else ()
+        journal.append(applied)  # one transaction, one fsync
+    return tuple((grant.unit, grant.worker_id) for grant in reply.grants)
+
+
+def _all_done(state) -> bool:
+    return state.ledger("job").units.finished()
 
 
 def _commit(state, journal, updates) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 
 import jdata
 from benchmarks.service import Cluster
-from jdata.service.client import _ROUND_BOUND_SEC
+from jdata.service._rounds_reader import ROUND_BOUND_SEC as _ROUND_BOUND_SEC
 
 JOBS = 4
 WORK = 12_000  # loop iterations per element: about half a millisecond of one CPU

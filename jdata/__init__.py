@@ -6,7 +6,10 @@ from jdata._constants import UNKNOWN as UNKNOWN
 from jdata._dataset import Dataset as Dataset
 from jdata._declare import declare as declare
 from jdata._errors import DataError as DataError
+from jdata._errors import ElementError as ElementError
+from jdata._errors import ServiceError as ServiceError
 from jdata._errors import UDFError as UDFError
+from jdata import errors as errors
 from jdata._iterator import DatasetIterator as DatasetIterator
 from jdata._options import Options as Options
 from jdata._sources import choose_from_datasets as choose_from_datasets

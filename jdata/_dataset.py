@@ -803,8 +803,11 @@ class Dataset:
             once, even when workers die), ``"static"`` (split ``i`` on worker
             ``i mod W``, re-run elsewhere if that worker dies) or ``"off"``
             (every worker runs the whole pipeline, as tf.data's OFF).
-          job_name: clients that name the same job (and pipeline) share its
-            splits; ``None``: a job of this iterator's own.
+          job_name: every iterator that names the same job (and pipeline), in
+            this process or another, joins one job: the job, not the dataset,
+            owns the epoch and the splits, and each element of an epoch goes to
+            one of them (tf.data's rule). ``None``: a job of this iterator's own
+            (the dataset's Nth iterator runs epoch N).
           num_consumers, consumer_index: coordinated reads for synchronous
             training (tf.data's): the ``num_consumers`` consumers of a named,
             infinite job read in rounds, every consumer round ``r`` from the
@@ -814,13 +817,14 @@ class Dataset:
             batches have similar lengths. A round not ready within 2 s is
             skipped by all consumers together.
           sharing: jobs that name the same ``job_name`` and run the same
-            pipeline (an infinite one: ``repeat()`` it) read one stream per
-            worker, each at its own pace, through a sliding window of recent
-            elements on the worker (tf.data's ephemeral data sharing): the
-            pipeline is computed once for all of them. A job that falls behind
-            the window skips to its start; ``it.stats()`` and
-            ``svc.status()`` count what it skipped. Each worker runs the whole
-            pipeline with its own randomness (as ``processing_mode="off"``).
+            pipeline read one stream, each at its own pace, through sliding
+            windows of recent elements on the workers (tf.data's ephemeral
+            data sharing): the pipeline is computed once for all of them. The
+            stream is cut in slots (one per worker when the job starts), each
+            the whole pipeline with randomness of its own, read in turn. A job
+            that falls behind a window skips to its start; ``it.stats()`` and
+            ``svc.status()`` count what it skipped. A finite pipeline ends
+            when every slot's stream has.
           compression: ``"lz4"`` or ``"zstd"`` compresses blocks between
             workers and this process (for links between nodes); ``None`` sends
             them as they are, without copies on one node.
@@ -865,11 +869,11 @@ class Dataset:
                 raise ValueError(f"distribute({what}): processing_mode="
                                  f"{processing_mode!r}: its workers each run the whole "
                                  "pipeline (processing_mode='off', the default here)")
-            if self.cardinality() not in (INFINITE, UNKNOWN):  # known to end
+            if num_consumers is not None and self.cardinality() not in (INFINITE, UNKNOWN):
                 raise ValueError(
-                    f"distribute({what}) needs an infinite pipeline above it (add "
-                    ".repeat()), as tf.data's: its consumers read rounds (or a shared stream) "
-                    "with no end of an epoch to agree on")
+                    "distribute(num_consumers) needs an infinite pipeline above it (add "
+                    ".repeat()), as tf.data's: its consumers read rounds with no end of an "
+                    "epoch to agree on")
             processing_mode = "off"
         if deterministic is not None:
             check.bool_arg(deterministic, "deterministic", "distribute")

@@ -55,3 +55,43 @@ class DataError(UDFError):
     def __reduce__(self):
         return DataError, (self.op, self.position, self.path, self.record, self.__cause__,
                            self.unread_bytes)
+
+
+class ElementError(UDFError):
+    """An element failed on a data-service worker outside any user function: the worker's
+    pipeline raised something other than a ``UDFError`` there, or the element cannot be
+    sent to the client (it does not pickle).
+
+    It comes in the element's place, as a ``UDFError`` does, and the stream goes on after
+    it (``ignore_errors()`` after ``distribute`` skips it). ``position`` is the element's
+    position in its split (or stream); the original error is chained as ``__cause__``.
+    """
+
+    def __init__(self, position: int, reason: str, cause: BaseException | None = None):
+        Exception.__init__(self, f"distribute: the element at position {position} of its "
+                                 f"split failed on a worker: {reason}")
+        self.op, self.position, self.reason = "distribute", position, reason
+        self.__cause__ = _portable(cause)
+
+    def __reduce__(self):
+        return ElementError, (self.position, self.reason, self.__cause__)
+
+
+class ServiceError(RuntimeError):
+    """A data-service iterator cannot go on as it promised: it was silent past its
+    client timeout and other consumers took its splits, its state was restored into
+    another iterator, or no worker could run its job for minutes. The message says what
+    happened and what to do (usually: restore the iterator from its last checkpoint)."""
+
+
+def _portable(error: BaseException | None) -> BaseException | None:
+    """``error``, or a ``RuntimeError`` with its text when it would not pickle."""
+    if error is None:
+        return None
+    import pickle
+
+    try:
+        pickle.dumps(error)
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")

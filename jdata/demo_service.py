@@ -263,12 +263,13 @@ def _report(svc, report: dict, loss: float, watch: Watch, exact: bool, epochs: l
 def _progress(state) -> str:
     """The ``distribute`` part of an iterator's state, and its epoch, in words."""
     epoch, node = state["epoch"], state["state"]
-    while "num_splits" not in node:
+    while "units" not in node:
         epoch += node.get("repetition", 0)
         node = node["input"]
     whole = ", ".join(f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in node["done"])
-    part = ", ".join(f"split {split} ({count} examples)" for split, count in node["partial"])
-    return (f"epoch {epoch}, {node['num_splits']} splits of {node['split_elements']} examples; "
+    part = ", ".join(f"split {split} ({stop - start} examples)"
+                     for split, start, stop in node["partial"])
+    return (f"epoch {epoch}, {node['units']} splits of {node['split_elements']} examples; "
             f"yielded whole: {whole or 'none'}; in part: {part or 'none'}")
 
 

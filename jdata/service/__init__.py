@@ -75,6 +75,11 @@ class JobStatus:
     A coordinated job (``num_consumers=``): ``rounds`` its consumers read (summed),
     ``skipped_rounds`` they skipped together (no element ready within the bound), and
     ``round_wait_sec``, the mean wait for a round's element.
+
+    ``lost`` and ``duplicated``: what the mode allows to be lost or read twice and
+    happened, counted over every client the job had (docs/service.md's table): a shared
+    job's skipped elements, a split a worker could not read to its end, a restore that
+    found its splits taken by others.
     """
 
     job_id: str
@@ -100,6 +105,8 @@ class JobStatus:
     rounds: int = 0
     skipped_rounds: int = 0
     round_wait_sec: float = 0.0
+    lost: int = 0
+    duplicated: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +187,8 @@ class ServiceStatus:
                   f"yielded, {j.elements_per_sec:,.0f} elements/s, "
                   f"{j.bytes_per_sec / 1e6:,.1f} MB/s, {j.buffered:,} buffered, "
                   f"{j.wait_fraction:.0%} of the time waiting"
+                  + (f"; {j.lost:,} lost, {j.duplicated:,} duplicated (counted)"
+                     if j.lost or j.duplicated else "")
                   + (f"; shared: {j.shared_hit_rate:.0%} of reads from the windows "
                      f"({j.window_bytes / 1e6:,.1f} MB), {j.computed:,} elements computed, "
                      f"{j.skipped:,} skipped" if j.shared else "")
@@ -309,7 +318,7 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
           work_dir: str | None = None, namespace: str = "jdata", *, worker_cpus: float = 1.0,
           split_elements: int | None = None, client_timeout: float = CLIENT_TIMEOUT_SEC,
           window_bytes: int | None = None, cache_dir: str | None = None,
-          **ray_init_kw) -> Service:
+          job_timeout: float | None = None, **ray_init_kw) -> Service:
     """Starts the service (or joins the dispatcher that runs in ``namespace``, as it is:
     with a warning when its worker count differs from ``num_workers``).
 
@@ -329,8 +338,11 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
         nodes for).
       split_elements: elements per split; ``None`` sizes splits at a few
         hundred milliseconds of work each, measured.
-      client_timeout: seconds after which a silent client's leases are released (and
-        a shared job's window no client reads is dropped).
+      client_timeout: seconds after which a silent client's leases go back (from its
+        last ``get_state()``: what it yielded since died with it), and a shared job's
+        window no client reads is dropped.
+      job_timeout: seconds a named job with no client left is kept, so that its clients'
+        restores find it as they left it (exactly once across them); ``None``: an hour.
       window_bytes: the sliding window of a shared job (``distribute(sharing=True)``)
         on each worker; ``None``: 5% of the worker's node memory, at least 64 MB.
       cache_dir: autocache's store (``Dataset.autocache()``): a directory, or an fsspec
@@ -350,6 +362,11 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
         raise ValueError(f"service.start: window_bytes={window_bytes!r} must be an int >= 1")
     if not isinstance(worker_cpus, (int, float)) or worker_cpus < 0:
         raise ValueError(f"service.start: worker_cpus={worker_cpus!r} must be >= 0")
+    _check_split_elements(split_elements, "service.start")
+    for name, value in (("client_timeout", client_timeout), ("job_timeout", job_timeout)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not value > 0):
+            raise ValueError(f"service.start: {name}={value!r} must be a number of seconds > 0")
     ray = _ray.ray_module()
     owned = not ray.is_initialized()
     if address is None:
@@ -384,7 +401,8 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
         max_restarts=-1, max_task_retries=-1, max_concurrency=32, num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
-                          float(client_timeout), window_bytes, max_workers, cache_dir)
+                          float(client_timeout), window_bytes, max_workers, cache_dir,
+                          job_timeout)
     _wait_for_workers(handle, max(num_workers, 1), "service.start", _WORKERS_WAIT_SEC)
     return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir)
 
@@ -407,8 +425,21 @@ def _wait_for_workers(dispatcher, num_workers: int, what: str, timeout: float) -
         time.sleep(0.05)  # polling the dispatcher, which starts them
 
 
-def connect(address: str | None = None, namespace: str = "jdata", **ray_init_kw) -> Service:
-    """Joins a running service (``address=None``: the Ray this process already runs)."""
+def _check_split_elements(split_elements, what: str) -> None:
+    if split_elements is not None and (isinstance(split_elements, bool) or
+                                       not isinstance(split_elements, int) or split_elements < 1):
+        raise ValueError(f"{what}: split_elements={split_elements!r} must be an int >= 1 "
+                         "(elements per split), or None to measure")
+
+
+def connect(address: str | None = None, namespace: str = "jdata", *,
+            split_elements: int | None = None, **ray_init_kw) -> Service:
+    """Joins a running service (``address=None``: the Ray this process already runs).
+
+    ``split_elements``: elements per split of the jobs this process starts (``None``:
+    measured). A named job is cut by its first client: the others adopt its splits.
+    """
+    _check_split_elements(split_elements, "service.connect")
     ray = _ray.ray_module()
     if not ray.is_initialized():
         if address is None:
@@ -420,7 +451,7 @@ def connect(address: str | None = None, namespace: str = "jdata", **ray_init_kw)
     except ValueError:
         raise RuntimeError(f"service.connect: no jdata dispatcher in namespace {namespace!r}; "
                            "start one with service.start()") from None
-    return Service(handle, ServiceRef(address, namespace), owned=False)
+    return Service(handle, ServiceRef(address, namespace, split_elements), owned=False)
 
 
 def _head_node(ray) -> str:

@@ -2,11 +2,19 @@
 
 A plan splits at one node, its *split point*: a random-access node (cut into
 ranges of positions) or a file list (a TFRecord or text-lines source, or the
-random-access input of an ``interleave``: cut into groups of files). The ops
-above it, each with one ``input``, then run over each piece on its own, so
-each must give the same result over a stream cut into pieces as over the
-whole. What an op does to a cut stream is a fact about splitting, kept here
-beside the only code that uses it; an op missing from the table is refused.
+random-access input of an ``interleave``: cut into groups of files). An
+``interleave``'s file list may be a ``repeat`` (forever or ``count`` times) of a
+random-access list, as in tf.data's training readers
+(``from_tensor_slices(files).shuffle(key).repeat().interleave(read)``): the
+splits are then the groups of each repetition in turn, as tf.data's split
+provider for ``repeat`` starts its input's splits again when they run out.
+
+The ops above the split point, each with one ``input``, then run over each
+piece on its own, so each must give the same result over a stream cut into
+pieces as over the whole, or (above files) an effect per piece that tf.data's
+dynamic sharding has too. What an op does to a cut stream is a fact about
+splitting, kept here beside the only code that uses it; an op missing from
+the table is refused.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from jdata.ops.options import OptionsNode
 from jdata.ops.padded_batch import PaddedBatchNode
 from jdata.ops.prefetch import PrefetchNode
 from jdata.ops.random_map import RandomMapNode
-from jdata.ops.repeat import RepeatNode
+from jdata.ops.repeat import RepeatByIndexNode, RepeatNode
 from jdata.ops.shuffle import ShuffleNode
 from jdata.ops.unbatch import UnbatchNode
 
@@ -39,6 +47,8 @@ SAME = "same"
 LOCAL = "local"
 # a state over its stream (batch boundaries, a shuffle buffer, keys or nested epochs
 # by position): only the multiset of elements, which is all a files split promises.
+# A batch with drop_remainder=True drops each files split's own last partial batch,
+# as in tf.data, where each split of a dynamic sharding is a stream of its own.
 PER_SPLIT = "per_split"
 
 _ROLES = {MapNode: SAME, PrefetchNode: SAME, OptionsNode: SAME, AutocacheNode: SAME,
@@ -63,6 +73,9 @@ _REFUSED = {
                        "data to from_source, or write the data to files"),
     "counter": "it never ends, so an epoch has no splits; use jdata.range (random access)",
     "random": "it never ends, so an epoch has no splits; zip it in after distribute",
+    "interleave": ("its input is not a random-access file list; read the files with "
+                   "from_tensor_slices(files) or list_files, with at most a full shuffle(key) "
+                   "and a repeat after them, or interleave after distribute"),
 }
 
 
@@ -74,12 +87,22 @@ class SplitPoint:
     file source, or an ``interleave`` whose input positions are the files).
     ``exact``: every op above keeps positions (``SAME``), so a split's
     element count is its length and a skip can seek.
+    ``files``: for an ``interleave``, the random-access list of one
+    repetition's files; ``repeat``: the ``repeat`` between that list and the
+    ``interleave`` (None if there is none).
     """
 
     kind: str
     chain: tuple
     node: Node
     exact: bool
+    files: Node | None = None
+    repeat: Node | None = None
+
+    @property
+    def repetitions(self) -> int | None:
+        """How many times the file list is read: 1 but under a ``repeat``; None: forever."""
+        return 1 if self.repeat is None else self.repeat.count
 
 
 def find(plan: Node) -> SplitPoint:
@@ -91,9 +114,11 @@ def find(plan: Node) -> SplitPoint:
                 raise _refusal(node, "an epoch of it never ends, so it has no splits; "
                                "repeat after distribute")
             return _checked("range", chain, node)
-        if type(node) in (TFRecordNode, TextLinesNode) or (
-                type(node) is InterleaveNode and node.input.random_access()):
+        if type(node) in (TFRecordNode, TextLinesNode):
             return _checked("files", chain, node)
+        files = _file_list(node.input) if type(node) is InterleaveNode else None
+        if files is not None:
+            return _checked("files", chain, node, *files)
         if role(node) is None:
             raise _refusal(node, _REFUSED.get(node.op_name, _why_not(node)))
         chain.append(node)
@@ -108,6 +133,20 @@ def role(node: Node) -> str | None:
     return None
 
 
+def _file_list(node: Node) -> tuple | None:
+    """(one repetition's files, the repeat over them or None) for an interleave's input
+    ``node``; None if it is not a random-access file list."""
+    repeat = None
+    if type(node) in (RepeatNode, RepeatByIndexNode):
+        repeat, node = node, node.input
+    if not node.random_access():
+        return None
+    if node.cardinality() == INFINITE:
+        raise _refusal(node, "an endless file list can only be split where one repeat is "
+                       "the interleave's input; move the ops between them under the repeat")
+    return node, repeat
+
+
 def _why_not(node: Node) -> str:
     if type(node) is ShardedRecordsNode:
         return _REFUSED["shard"]
@@ -119,13 +158,15 @@ def _why_not(node: Node) -> str:
     return "its output over a stream cut into pieces differs from its output over the whole"
 
 
-def _checked(kind: str, chain: list, node: Node) -> SplitPoint:
+def _checked(kind: str, chain: list, node: Node, files: Node | None = None,
+             repeat: Node | None = None) -> SplitPoint:
     # From the split point up: the error names the first op that breaks it.
     for op in reversed(chain):
         reason = _range_refusal(op) if kind == "range" else _files_refusal(op)
         if reason is not None:
             raise _refusal(op, reason)
-    return SplitPoint(kind, tuple(chain), node, all(role(op) == SAME for op in chain))
+    return SplitPoint(kind, tuple(chain), node, all(role(op) == SAME for op in chain),
+                      files, repeat)
 
 
 def _range_refusal(op: Node) -> str | None:
@@ -147,11 +188,10 @@ def _range_refusal(op: Node) -> str | None:
 
 
 def _files_refusal(op: Node) -> str | None:
-    if getattr(op, "drop_remainder", False):
-        return ("drop_remainder=True would drop the last rows of every split; batch after "
-                "distribute, or batch without drop_remainder")
+    # drop_remainder=True is accepted: each split drops its own remainder (tf.data's rule).
     if type(op) is RepeatNode and op.count is None:
-        return "an epoch of it never ends, so it has no splits; repeat after distribute"
+        return ("each split would never end; repeat after distribute, or repeat the file "
+                "list under the interleave (files.repeat().interleave(read))")
     return None
 
 

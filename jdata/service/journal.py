@@ -38,7 +38,8 @@ from jdata.service._updates import decode, encode
 from jdata.service.state import DispatcherState
 
 _FORMAT = "jdata.service.journal"
-_VERSION = 1
+# 2: units with segments, lineages, commits and restores (issue 23); 1 is not read.
+_VERSION = 2
 _SCHEMA = (
     "CREATE TABLE jdata_journal (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     # seq orders the updates; kind, job_id, client_id and time only serve compact().

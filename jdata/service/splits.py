@@ -15,7 +15,20 @@ times. Where the plan splits is decided by ``_split_point``:
   over those files alone. Together they hold every element once; the order
   differs across files, as with tf.data's dynamic sharding. Random ops above
   the files run with an epoch mixed with the split's index, so no two
-  splits share a shuffle order or a key.
+  splits share a shuffle order or a key. Each split is a stream of its own,
+  as in tf.data: a ``batch`` or ``padded_batch`` with ``drop_remainder=True``
+  above the files drops the last partial batch *of each split* (the splits
+  hold the local pipeline's elements but each split's remainder), and every
+  batch of every split is full.
+- An ``interleave`` over a ``repeat`` of a random-access file list (tf.data's
+  training reader, ``from_tensor_slices(files).shuffle(key).repeat()
+  .interleave(read, cycle_length)``) is cut as tf.data's split provider for
+  ``repeat`` cuts it: the groups of files of repetition 0, then those of
+  repetition 1, and so on, each repetition's list in the order the local
+  ``repeat`` gives that pass (a new shuffle order each pass). The first
+  ``k`` repetitions' splits hold the elements of the local pipeline's first
+  ``k`` passes over the files. ``repeat()`` has no last split:
+  ``SplitPlan.num_splits`` is then None.
 
 Both take the plan as it runs (``Dataset`` optimizes the part above
 ``distribute`` first) and never optimize it again: the nodes passed to
@@ -60,7 +73,9 @@ class Split:
     """One piece of an epoch; JSON-able with ``dataclasses.asdict``.
 
     ``kind`` is ``"range"`` (``start:stop`` are positions of the plan's
-    random-access part) or ``"files"`` (``start:stop`` index its file list).
+    random-access part) or ``"files"`` (``start:stop`` index its file list;
+    under a ``repeat``, the repeated list: file ``j`` of repetition ``r`` is
+    at ``r * SplitPlan.total + j``, and a split never spans two repetitions).
     ``index`` is the split's place in split order.
     """
 
@@ -72,20 +87,38 @@ class Split:
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
-    """How one epoch of a plan is cut: ``total`` positions (or files) in splits of ``size``.
+    """How one epoch of a plan is cut: ``total`` positions (or files) in splits of ``size``,
+    all of it ``repetitions`` times.
 
     ``exact``: a split's element count is its length (range splits with no
     op above them that drops or adds elements).
+    ``repetitions``: 1, but for files splits of an ``interleave`` whose file
+    list is a ``repeat``: its ``count``, or None for ``repeat()`` (forever).
+    Each repetition is cut on its own (its last split may hold fewer files):
+    split ``i`` is group ``i % splits_per_repetition`` of repetition
+    ``i // splits_per_repetition``, read from that repetition's file list.
     """
 
     kind: str
     total: int
     size: int
     exact: bool
+    repetitions: int | None = 1
 
     @property
-    def num_splits(self) -> int:
+    def splits_per_repetition(self) -> int:
+        """The splits of one pass over the ``total`` positions or files."""
         return -(-self.total // self.size)
+
+    @property
+    def num_splits(self) -> int | None:
+        """The number of splits, or **None when unbounded**: a ``repeat()`` of a non-empty
+        file list has no last split (``split(i)`` is valid for every ``i >= 0``), so a
+        caller must not size tables, loops or states by it then."""
+        per_repetition = self.splits_per_repetition
+        if self.repetitions is None:
+            return None if per_repetition else 0  # repeat() of nothing is empty (tf.data)
+        return per_repetition * self.repetitions
 
     @property
     def target_elements(self) -> int | None:
@@ -93,11 +126,15 @@ class SplitPlan:
         return self.size if self.kind == "range" else None
 
     def split(self, index: int) -> Split:
-        """Split number ``index`` (``0 <= index < num_splits``)."""
-        if not _is_int(index) or not 0 <= index < self.num_splits:
-            raise ValueError(f"index={index!r}: this plan has splits 0 to {self.num_splits - 1}")
-        start = int(index) * self.size
-        return Split(int(index), self.kind, start, min(self.total, start + self.size))
+        """Split number ``index`` (``0 <= index``, and ``< num_splits`` unless it is None)."""
+        bound = self.num_splits
+        if not _is_int(index) or index < 0 or (bound is not None and index >= bound):
+            valid = "0 and up" if bound is None else f"0 to {bound - 1}"
+            raise ValueError(f"index={index!r}: this plan has splits {valid}")
+        repetition, group = divmod(int(index), self.splits_per_repetition)
+        start, base = group * self.size, repetition * self.total
+        return Split(int(index), self.kind, base + start,
+                     base + min(self.total, start + self.size))
 
     def cardinality_of(self, index: int) -> int | None:
         """The number of elements of split ``index`` where known before reading it, else None."""
@@ -126,10 +163,17 @@ def plan_splits(plan: Node, options, *, target_elements: int | None = None,
         at most 64 MB. At most a million splits either way. Files splits ignore
         it: they hold one file each (an ``interleave``'s, ``cycle_length``
         files: one per slot), as a sequential file can only be read from its
-        start.
+        start. A ``batch(..., drop_remainder=True)`` above files drops each
+        split's own last partial batch.
       epoch: the epoch to cut. Range splits are the same in every epoch (the
         positions do not move, the elements at them do); an ``interleave``'s file
-        list is that epoch's.
+        list is that epoch's (under a ``repeat``, each repetition's is the one
+        the local ``repeat`` reads in that pass of this epoch).
+
+    Returns:
+      The ``SplitPlan``. Its ``num_splits`` is None for an ``interleave`` over
+      ``repeat()`` of a file list: splits go on forever, repetition after
+      repetition of the file list.
 
     Raises:
       ValueError: the plan cannot be split; the message names the op and the fix.
@@ -149,8 +193,9 @@ def plan_splits(plan: Node, options, *, target_elements: int | None = None,
         _check_count(target_elements, "target_elements", 1)
     if point.kind == "files":
         if type(point.node) is InterleaveNode:
-            files = len(_planner.make_reader(point.node.input, Context(options), epoch))
-            return SplitPlan("files", files, point.node.cycle_length, False)
+            # One repetition's list: the length of a repeat() would be endless.
+            files = len(_list_reader(point, Context(options), epoch, 0))
+            return SplitPlan("files", files, point.node.cycle_length, False, point.repetitions)
         return SplitPlan("files", len(point.node.paths), 1, False)
     total = len(_planner.make_reader(point.node, Context(options), epoch))
     size = int(target_elements or _measured_size(plan, point, options, epoch, total))
@@ -243,14 +288,8 @@ def _open(plan: Node, point, split: Split, epoch: int, options,
         node = TakeNode(SkipNode(node, start), max(0, split.stop - start))
     else:
         if type(node) is InterleaveNode:
-            # The file list is read at the job's epoch (its order may be that epoch's
-            # shuffle), so the splits hold each file once.
-            names, error = _iterator.read_block(
-                _planner.make_reader(node.input, ctx, epoch), split.start, split.stop)
-            if error is not None:
-                raise error
-            node = dataclasses.replace(
-                node, input=ValuesNode(tuple(names), node.input.element_spec))
+            node = dataclasses.replace(node, input=ValuesNode(
+                tuple(_file_names(point, split, ctx, epoch)), node.input.element_spec))
         else:
             node = dataclasses.replace(node, paths=node.paths[split.start:split.stop])
         # Every random op above (nested datasets' included) draws anew per split.
@@ -258,6 +297,32 @@ def _open(plan: Node, point, split: Split, epoch: int, options,
     for op in reversed(point.chain):
         node = dataclasses.replace(op, input=node)
     return SplitIterator(_planner.make_iterator(node, ctx, epoch), ctx)
+
+
+def _list_reader(point, ctx: Context, epoch: int, repetition: int):
+    """The reader of an interleave's file list in ``repetition`` of epoch ``epoch``,
+    with the epoch the local pipeline's ``repeat`` gives that pass (its shuffle order)."""
+    if point.repeat is not None:
+        epoch = _random.repeat_epoch(epoch, repetition)
+    return _planner.make_reader(point.files, ctx, epoch)
+
+
+def _file_names(point, split: Split, ctx: Context, epoch: int) -> list:
+    """The files of ``split``: read from the list at the job's epoch (and under a repeat,
+    of the split's repetition), so the splits hold each file once per repetition."""
+    reader, repetition = _list_reader(point, ctx, epoch, 0), 0
+    total = len(reader)
+    if point.repeat is not None and split.start >= total > 0:
+        repetition = split.start // total
+        reader = _list_reader(point, ctx, epoch, repetition)
+    base, last = repetition * total, point.repetitions
+    if split.stop - base > total or (last is not None and repetition >= last):
+        raise ValueError(f"split={split}: its files are not in one repetition of this "
+                         "plan's file list (use the SplitPlan that plan_splits returned)")
+    names, error = _iterator.read_block(reader, split.start - base, split.stop - base)
+    if error is not None:
+        raise error
+    return names
 
 
 def _discard(it, count: int | None = None) -> None:

@@ -1,15 +1,20 @@
-"""The worker role: runs the part of a plan above ``distribute`` over leased splits.
+"""The worker role: runs the part of a plan above ``distribute`` for clients.
 
 A worker is a Ray actor (one per worker, ``num_cpus`` declared so that a Ray
 autoscaler can add nodes for it). It runs jdata's own runtime, threads and
-worker processes included, and hands out **blocks** of elements, read with
-``next_many`` (one tight loop per block) and stacked where they can be
-(``jdata.service._blocks``): Ray serializes them with pickle protocol 5, so
-NumPy arrays travel through the object store without copies on one node and
-arrive read-only, as elements are values. Blocks grow while they are cheap
-to produce, so a cheap pipeline's elements travel by the ten thousand and a
-costly one's first elements come early. Reads are streaming generators: the
-worker produces ahead while the client consumes.
+worker processes included, and hands out **blocks** of elements
+(``_worker_reads``), stacked where they can be (``_blocks``): Ray serializes
+them with pickle protocol 5, so NumPy arrays travel through the object store
+without copies on one node and arrive read-only, as elements are values.
+Reads are streaming generators with backpressure: the worker produces a few
+blocks ahead of the client, no more.
+
+What it reads (``ReadSpec``): a **split** of a job (``dynamic``/``static``), or a
+**slot** (``off``): the whole pipeline with randomness of the slot's own, a pure
+function of the key, the epoch and the slot (slot 0 is the local pipeline's
+stream, so one slot gives the local stream bit for bit). Shared and coordinated
+jobs keep a buffer per (job, slot) here (``_worker_buffers``). A job the
+dispatcher removed is stopped (``stop_job``): its reads end at their next block.
 
 Plans travel once per job: the client puts the cloudpickled plan in the
 object store and the worker keeps the decoded plan by fingerprint.
@@ -18,69 +23,60 @@ object store and the worker keeps the decoded plan by fingerprint.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import threading
 import time
-import zlib
 
 import cloudpickle
 
-from jdata.service import _blocks, _rounds, _window, splits
+from jdata import _random
+from jdata.service import _blocks, _worker_buffers, _worker_reads, splits
+from jdata.service._worker_reads import BLOCK_BYTES as BLOCK_BYTES
+from jdata.service._worker_reads import BLOCK_ELEMENTS as BLOCK_ELEMENTS
+from jdata.service._worker_reads import BLOCK_SEC as BLOCK_SEC
+from jdata.service._worker_reads import FIRST_BLOCK as FIRST_BLOCK
+from jdata.service._worker_reads import next_block_size as next_block_size
 
-# A job's first block has FIRST_BLOCK elements (the client starts early, and an element's
-# size is not known yet); blocks then double while one takes less than BLOCK_SEC to
-# produce, up to BLOCK_ELEMENTS and BLOCK_BYTES (a Ray object's overhead is then small
-# against its elements). A job's next reads start at the size its last read reached.
-FIRST_BLOCK = 1
-BLOCK_ELEMENTS = 1 << 16
-BLOCK_BYTES = 4 << 20
-BLOCK_SEC = 0.02
-# A shared job's blocks are read by every consumer, one call each: longer blocks (its
-# consumers keep reads in flight, so only the first elements come later).
-SHARED_BLOCK_SEC = 0.1
 # Reads one worker runs at once (its actor's thread pool).
 MAX_READS = 16
-_SHARED_SALT = 0x5A4ED
+# Blocks a read produces ahead of what its client took (Ray's generator backpressure).
+READ_AHEAD = 2
+_SLOT_SALT = _random.salt("service.slot")
+# A stopped job is remembered this long (a read of it that starts late ends at once).
+_STOPPED_SEC = 3600.0
 
 
-def default_window_bytes() -> int:
-    """A shared job's window on a worker: 5% of its node's memory, at least 64 MB."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system
-        memory = 8 << 30
-    return max(64 << 20, memory // 20)
+def slot_epoch(epoch: int, slot: int) -> int:
+    """The epoch a slot's stream runs: slot 0 the job's own, the others mixed with theirs."""
+    return epoch if slot == 0 else _random.mix_epoch(epoch, _SLOT_SALT, slot)
 
 
-def next_block_size(size: int, produced: int, nbytes: int, seconds: float,
-                    block_sec: float = BLOCK_SEC) -> int:
-    """Elements to ask for next, after a block of ``produced`` elements (of the ``size``
-    asked) that took ``seconds`` and weighs ``nbytes``."""
-    if produced >= size and seconds < block_sec:
-        size *= 2
-    elif seconds > 4 * block_sec:  # the elements got costlier: the client waits less
-        size //= 2
-    if nbytes and produced:
-        size = min(size, max(1, BLOCK_BYTES * produced // nbytes))
-    return max(1, min(size, BLOCK_ELEMENTS))
+@dataclasses.dataclass(frozen=True)
+class ReadSpec:
+    """One read: ``unit`` of job ``job_id`` (a ``splits.Split`` as a dict, or a slot
+    number) from its ``skip``-th outcome. ``checked``: pickle each element before
+    sending it (a read that failed on this side is tried again so)."""
+
+    job_id: str
+    fingerprint: str
+    plan_ref: list
+    epoch: int
+    unit: dict | int
+    skip: int = 0
+    compression: str | None = None
+    checked: bool = False
+    put: tuple | None = None  # autocache: (store, cache fingerprint) to write the split to
 
 
-def _exact(it, n: int) -> tuple[list, tuple]:
-    """Up to ``n`` outcomes of ``it`` one by one: the elements, with a ``Failure`` in the
-    place of each that raised ``UDFError``, and those places."""
-    from jdata._errors import UDFError
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """A worker's answer to a ping: who it is and its totals since it started."""
 
-    elements, failures = [], []
-    while len(elements) < n:
-        try:
-            elements.append(next(it))
-        except StopIteration:
-            break
-        except UDFError as e:
-            failures.append(len(elements))
-            elements.append(_blocks.Failure(e))
-    return elements, tuple(failures)
+    worker_id: str
+    pid: int
+    node_id: str
+    counters: dict  # elements, bytes, tasks, active, busy_sec, active_sec
+    windows: dict  # (job id) -> a shared window's or rounds buffer's figures
 
 
 class WorkerStats:
@@ -88,7 +84,6 @@ class WorkerStats:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self.started = time.monotonic()
         self.elements = self.bytes = self.tasks = self.active = 0
         self.busy_sec = 0.0  # producing blocks, summed over reads (a load)
         # Wall time with a read running: elements over it is what the worker makes per
@@ -123,126 +118,36 @@ class WorkerStats:
 
 
 class Worker:
-    """The actor class (wrapped with ``ray.remote`` by ``jdata.service``)."""
+    """The actor class (wrapped with ``ray.remote`` by the dispatcher)."""
 
     def __init__(self, worker_id: str, window_bytes: int | None = None,
                  idle_sec: float = 60.0):
         self.worker_id = worker_id
+        self._lock = threading.Lock()  # guards _plans and _stopped
         self._plans: dict[str, tuple] = {}
-        self._lock = threading.Lock()
+        self._stopped: dict[str, float] = {}  # job id -> when it was stopped
         self._stats = WorkerStats()
         self._block_sizes: dict[str, int] = {}  # by plan fingerprint
-        self._window_bytes = window_bytes or default_window_bytes()
-        self._idle_sec = idle_sec
-        self._windows: dict[str, tuple] = {}  # shared job id -> (window, its iterator)
+        self._buffers = _worker_buffers.Buffers(window_bytes, idle_sec)
 
-    def info(self) -> dict:
-        """Totals, and each shared window's (idle ones are dropped here: it is pinged)."""
+    def info(self) -> WorkerInfo:
+        """Totals, and each shared or coordinated buffer's (idle ones go here: it is pinged)."""
         import ray
 
-        self._drop_idle_windows()
-        with self._lock:  # shared windows, and coordinated jobs' rounds
-            windows = {job_id: w.snapshot() for job_id, (w, _) in self._windows.items()}
-        return {"worker_id": self.worker_id, "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id(), **self._stats.snapshot(),
-                "windows": windows}
+        return WorkerInfo(self.worker_id, os.getpid(), ray.get_runtime_context().get_node_id(),
+                          self._stats.snapshot(), self._buffers.snapshot())
 
-    # ------------------------------------------------------------ shared jobs
-
-    def read_shared(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int,
-                    consumer: str, max_elements: int, position: int | None = None,
-                    compression: str | None = None, seq: int = 0) -> tuple:
-        """A consumer's next block of a shared job's stream (``distribute(sharing=True)``):
-        ``(packed block, skipped, hit, position after)``; see ``_window.SharedWindow``."""
-        window = self._window(job_id, fingerprint, plan_ref, epoch)
-        elements, failures, nbytes, skipped, hit, after = window.read(consumer, max_elements,
-                                                                      position, seq)
-        payload = _blocks.encode(elements, failures)
-        return _blocks.pack(payload, failures, nbytes, compression), skipped, hit, after
-
-    def leave_shared(self, job_id: str, consumer: str) -> None:
-        """A consumer closed its iterator: its cursor goes (the window stays for others)."""
-        with self._lock:
-            entry = self._windows.get(job_id)
-        if entry is not None:
-            entry[0].forget(consumer)
-
-    def _window(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int):
-        return self._job_buffer(job_id, fingerprint, plan_ref, epoch, lambda produce:
-                                _window.SharedWindow(produce, self._window_bytes, FIRST_BLOCK,
-                                                     functools.partial(
-                                                         next_block_size,
-                                                         block_sec=SHARED_BLOCK_SEC)))
-
-    def _job_buffer(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int, make):
-        """The buffer of a shared or coordinated job on this worker (made on its first
-        read by ``make(produce)``): ``produce(n)`` gives the next at most ``n`` outcomes of
-        the job's stream one by one, a failing element kept in its place, as
-        ``(elements, failure places, bytes)``."""
-        with self._lock:
-            entry = self._windows.get(job_id)
-        if entry is not None:
-            return entry[0]
-        it = self._stream_of(fingerprint, plan_ref, epoch)
-
-        def produce(n: int):
-            began = time.perf_counter()
-            elements, failures = _exact(it, n)
-            nbytes = _blocks.nbytes(elements, elements)
-            self._stats.add(len(elements), nbytes, time.perf_counter() - began)
-            return elements, failures, nbytes
-
-        buffer = make(produce)
-        with self._lock:
-            entry = self._windows.setdefault(job_id, (buffer, it))
-        if entry[0] is not buffer:  # another read made it first
-            buffer.close()
-            it.close()
-        return entry[0]
-
-    # ------------------------------------------------------------ coordinated reads
-
-    def read_rounds(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int,
-                    num_consumers: int, consumer_index: int, first_round: int, count: int,
-                    bound_sec: float, compression: str | None = None) -> list:
-        """Consumer ``consumer_index``'s elements of ``count`` rounds of a coordinated job
-        from ``first_round`` on: ``[(packed block of the element, skipped, ended)...]``;
-        see ``_rounds.RoundBuffer``."""
-        rounds = self._rounds_of(job_id, fingerprint, plan_ref, epoch, num_consumers,
-                                 bound_sec)
-        out = []
-        for element, skipped, ended in rounds.take_many(first_round, count, consumer_index):
-            block = [] if element is None else [element]
-            failures = (0,) if block and isinstance(element, _blocks.Failure) else ()
-            out.append((_blocks.pack(block, failures, _blocks.nbytes(block, block),
-                                     compression), skipped, ended))
-        return out
-
-    def _rounds_of(self, job_id: str, fingerprint: str, plan_ref: list, epoch: int,
-                   num_consumers: int, bound_sec: float):
-        return self._job_buffer(job_id, fingerprint, plan_ref, epoch, lambda produce:
-                                _rounds.RoundBuffer(produce, num_consumers, bound_sec))
-
-    def _stream_of(self, fingerprint: str, plan_ref: list, epoch: int):
-        """The whole plan's iterator, with randomness of this worker's own."""
-        from jdata import _planner, _random
-        from jdata.runtime.context import Context
-
-        node, options = self._plan(fingerprint, plan_ref)
-        # Each worker its own random stream (its own shuffle order and keys), as each
-        # worker of tf.data's OFF mode: the consumers read them in turn.
-        epoch = _random.mix_epoch(epoch, _SHARED_SALT, zlib.crc32(self.worker_id.encode()))
-        return _planner.make_iterator(node, Context(options=options), epoch)
-
-    def _drop_idle_windows(self) -> None:
+    def stop_job(self, job_id: str) -> None:
+        """The job is gone: its reads end at their next block, its buffers go."""
         now = time.monotonic()
         with self._lock:
-            idle = [job_id for job_id, (w, _) in self._windows.items()
-                    if now - w.last_read > self._idle_sec]
-            dropped = [self._windows.pop(job_id) for job_id in idle]
-        for buffer, it in dropped:
-            buffer.close()
-            it.close()
+            self._stopped[job_id] = now
+            for old in [j for j, t in self._stopped.items() if now - t > _STOPPED_SEC]:
+                del self._stopped[old]
+        self._buffers.drop_job(job_id)
+
+    def _stopped_check(self, job_id: str):
+        return lambda: job_id in self._stopped
 
     def _plan(self, fingerprint: str, plan_ref: list) -> tuple:
         with self._lock:
@@ -255,20 +160,38 @@ class Worker:
                 self._plans[fingerprint] = plan
         return plan
 
-    def read_split(self, fingerprint: str, plan_ref: list, split: dict, epoch: int, skip: int,
-                   compression: str | None = None, put: tuple | None = None):
-        """The blocks of one split of the job's plan past ``skip`` outcomes (a streaming
-        generator). With ``put=(store, cache fingerprint)`` (autocache) the split's
-        elements are written as that cache's part ``split.index`` instead, and the one
-        element sent is the part's summary."""
-        node, options = self._plan(fingerprint, plan_ref)
-        split = splits.Split(**split)
-        if put is not None:
-            yield self._put(node, options, split, epoch, *put)
+    # ------------------------------------------------------------ splits and slots
+
+    def read_split(self, spec: ReadSpec):
+        """The blocks of one split past ``spec.skip`` outcomes (a streaming generator).
+        With ``spec.put`` (autocache) the split is written as that cache's part instead,
+        and the one element sent is the part's summary."""
+        node, options = self._plan(spec.fingerprint, spec.plan_ref)
+        split = splits.Split(**spec.unit)
+        if spec.put is not None:
+            yield self._put(node, options, split, spec.epoch, *spec.put)
             return
-        yield from self._stream(
-            lambda at: splits.read_split(node, options, split, epoch, at), skip, compression,
-            fingerprint)
+        yield from self._stream(spec, lambda at: splits.read_split(
+            node, options, split, spec.epoch, at))
+
+    def read_slot(self, spec: ReadSpec):
+        """The blocks of a slot's stream (the whole plan, its randomness the slot's) past
+        ``spec.skip`` outcomes (processing mode "off")."""
+        node, options = self._plan(spec.fingerprint, spec.plan_ref)
+        epoch = slot_epoch(spec.epoch, spec.unit)
+        yield from self._stream(spec, lambda at: _worker_buffers.open_stream(
+            node, options, epoch, at))
+
+    def _stream(self, spec: ReadSpec, open_at):
+        self._stats.task(1)
+        try:
+            yield from _worker_reads.stream(
+                open_at, spec.skip, compression=spec.compression, stats=self._stats,
+                stopped=self._stopped_check(spec.job_id), checked=spec.checked,
+                size=self._block_sizes.get(spec.fingerprint, FIRST_BLOCK),
+                sizes=self._block_sizes, key=spec.fingerprint)
+        finally:
+            self._stats.task(-1)
 
     def _put(self, node, options, split, epoch: int, store: str, cache_fp: str):
         from jdata.service import autocache
@@ -292,68 +215,41 @@ class Worker:
         node, options = self._plan(fingerprint, plan_ref)
         return dataclasses.asdict(autocache.profile(node, options, store))
 
-    def read_all(self, fingerprint: str, plan_ref: list, epoch: int, skip: int,
-                 compression: str | None = None):
-        """The blocks of the whole plan past ``skip`` outcomes (processing mode "off")."""
-        from jdata import _planner
-        from jdata.runtime.context import Context
+    # ------------------------------------------------------------ shared and coordinated
 
-        node, options = self._plan(fingerprint, plan_ref)
+    def read_shared(self, spec: ReadSpec, consumer: str, max_elements: int,
+                    position: int | None, seq: int) -> tuple:
+        """A consumer's next block of a shared job's slot (``distribute(sharing=True)``):
+        ``(packed block, skipped, hit, position after)``; see ``_window.SharedWindow``."""
+        window = self._buffers.window(spec, self._stream_of(spec), self._stats)
+        elements, failures, nbytes, skipped, hit, after = window.read(consumer, max_elements,
+                                                                      position, seq)
+        payload = _blocks.encode(elements, failures)
+        return _blocks.pack(payload, failures, nbytes, spec.compression), skipped, hit, after
 
-        def open_at(at: int):
-            it = _planner.make_iterator(node, Context(options=options), epoch)
-            try:
-                while at > 0:
-                    passed = len(_exact(it, min(at, BLOCK_ELEMENTS))[0])
-                    if not passed:
-                        break
-                    at -= passed
-            except BaseException:
-                it.close()
-                raise
-            return it
+    def leave_shared(self, job_id: str, consumer: str) -> None:
+        """A consumer closed its iterator: its cursors go (the windows stay for others)."""
+        self._buffers.forget(job_id, consumer)
 
-        yield from self._stream(open_at, skip, compression, fingerprint)
+    def read_rounds(self, spec: ReadSpec, num_consumers: int, consumer_index: int,
+                    first_round: int, count: int, bound_sec: float) -> list:
+        """Consumer ``consumer_index``'s elements of ``count`` rounds of a coordinated job
+        from ``first_round`` on: ``[(packed block of the element, skipped, ended)...]``;
+        see ``_rounds.RoundBuffer``."""
+        rounds = self._buffers.rounds(spec, self._stream_of(spec), self._stats, num_consumers,
+                                      bound_sec)
+        out = []
+        for element, skipped, ended in rounds.take_many(first_round, count, consumer_index):
+            block = [] if element is None else [element]
+            failures = (0,) if block and isinstance(element, _blocks.Failure) else ()
+            out.append((_blocks.pack(block, failures, _blocks.nbytes(block, block),
+                                     spec.compression), skipped, ended))
+        return out
 
-    def _stream(self, open_at, skip: int, compression: str | None, fingerprint: str):
-        """Blocks of the iterator ``open_at(skip)``, read with ``next_many``.
-
-        ``next_many`` may lose the elements of its call before a failing one, so
-        on a ``UDFError`` the read opens again past the elements sent
-        (``open_at``) and goes on element by element: every outcome is sent
-        once, in order.
-        """
-        from jdata._errors import UDFError
-
-        self._stats.task(1)
-        it = None
-        sent, exact = skip, False
-        size = self._block_sizes.get(fingerprint, FIRST_BLOCK)
-        try:
-            it = open_at(skip)
-            while True:
-                began = time.perf_counter()
-                failures: tuple = ()
-                if exact:
-                    elements, failures = _exact(it, size)
-                else:
-                    try:
-                        elements = it.next_many(size)
-                    except UDFError:
-                        it.close()
-                        it, exact = open_at(sent), True
-                        continue
-                if not elements:
-                    return
-                sent += len(elements)
-                payload = _blocks.encode(elements, failures)
-                nbytes = _blocks.nbytes(payload, elements)
-                seconds = time.perf_counter() - began
-                self._stats.add(len(elements), nbytes, seconds)
-                size = next_block_size(size, len(elements), nbytes, seconds)
-                self._block_sizes[fingerprint] = size
-                yield _blocks.pack(payload, failures, nbytes, compression)
-        finally:
-            if it is not None:
-                it.close()
-            self._stats.task(-1)
+    def _stream_of(self, spec: ReadSpec):
+        """Opens the slot's whole-plan stream (once per buffer: called lazily)."""
+        def open_it():
+            node, options = self._plan(spec.fingerprint, spec.plan_ref)
+            return _worker_buffers.open_stream(node, options,
+                                               slot_epoch(spec.epoch, spec.unit), 0)
+        return open_it

@@ -1,5 +1,6 @@
 """The dispatcher's journal: order, atomic batches, kill -9, compaction, damaged files."""
 
+import copy
 import os
 import signal
 import sqlite3
@@ -14,15 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jdata.service import _requests
 from jdata.service import journal as J
 from jdata.service import state as S
-from tests.service.simulation import OPS, Simulation, summary
+from jdata.service._messages import JobPlan, Mode, Position, Register
+from tests.service.ledger_world import World, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 _JOB = [S.WorkerJoined("w0"), S.WorkerJoined("w1"),
-        S.JobCreated("j", "train", "fp", 0, 8, "static"), S.ClientSeen("j", "c", 1.0)]
+        S.JobCreated("j", "train", "fp", 0, "static", 8, None), S.ClientJoined("j", "c", "l", 1.0)]
 
 
 def _path(tmp_path) -> str:
@@ -30,7 +33,7 @@ def _path(tmp_path) -> str:
 
 
 def test_batches_replay_in_the_order_appended_after_reopening(tmp_path):
-    grants = [S.LeasesGranted("j", "c", ((0, "w0"), (1, "w1"))), S.SplitsDone("j", "c", (1,))]
+    grants = [S.LeasesGranted("j", "c", ((0, "w0"), (1, "w1"))), S.UnitsDone("j", "c", (1,))]
     with J.Journal(_path(tmp_path)) as journal:
         journal.append(_JOB)
         journal.append([])  # nothing: no transaction
@@ -76,8 +79,8 @@ _KILLED = textwrap.dedent("""
     import sys
     from jdata.service import journal, state as S
     j = journal.Journal(sys.argv[1])
-    j.append([S.WorkerJoined("w0"), S.JobCreated("j", None, "fp", 0, 100, "dynamic"),
-              S.ClientSeen("j", "c", 1.0)])
+    j.append([S.WorkerJoined("w0"), S.JobCreated("j", None, "fp", 0, "dynamic", 100, None),
+              S.ClientJoined("j", "c", "l", 1.0)])
     for batch in range(10):
         j.append([S.LeasesGranted("j", "c", tuple((10 * batch + i, "w0") for i in range(10)))])
     print("appended", flush=True)
@@ -103,43 +106,174 @@ def test_what_append_returned_for_survives_kill_9(tmp_path):
     assert state.leases_of("j", "c") == tuple((s, "w0") for s in range(100))
 
 
+# A world's story: what its dispatcher applies, request by request, goes to a real journal.
+_JOBS = [("A", Mode.DYNAMIC, 9), ("B", Mode.STATIC, 7), ("C", Mode.OFF, 0),
+         (None, Mode.DYNAMIC, 6), (None, Mode.STATIC, 5), (None, Mode.OFF, 0)]
+_INDEX = st.integers(0, 7)
+_STEP = st.tuples(st.just("step"), _INDEX, st.integers(1, 4), st.integers(1, 12))
+_NEW_CLIENT = st.tuples(st.just("new_client"), st.sampled_from(_JOBS))
+_RUN = st.tuples(st.just("run"), st.integers(1, 4), st.integers(1, 8))  # every consumer steps
+_ACTION = st.one_of(
+    _NEW_CLIENT, _NEW_CLIENT, _STEP, _STEP, _RUN, _RUN,  # the common ones, more often
+    st.tuples(st.just("add_worker")), st.tuples(st.just("add_worker")),
+    st.tuples(st.just("lose_worker"), _INDEX),
+    st.tuples(st.just("drain"), _INDEX),
+    st.tuples(st.just("commit"), _INDEX),
+    st.tuples(st.just("close"), _INDEX),
+    st.tuples(st.just("kill"), _INDEX),
+    st.tuples(st.just("pause"), _INDEX, st.sampled_from([4.0, 11.0])),
+    st.tuples(st.just("tick"), st.sampled_from([1.0, 4.0, 11.0])),
+    st.tuples(st.just("hand_off"), _INDEX),
+    st.tuples(st.just("restore"), _INDEX, _INDEX),
+)
+# A consumer first: a story without one journals little.
+ACTIONS = st.tuples(_NEW_CLIENT, st.lists(_ACTION, min_size=10, max_size=40)).map(
+    lambda story: [story[0], *story[1]])
+
+
+def _world() -> World:
+    world = World()
+    world.add_worker()
+    world.add_worker()
+    return world
+
+
+def _play(world: World, action: tuple) -> None:
+    kind, *args = action
+    if kind in ("add_worker", "lose_worker", "drain", "tick"):
+        getattr(world, kind)(*args)
+    elif kind == "new_client":
+        world.new_client(*args[0])
+    elif kind == "restore":  # a lineage none of whose consumers runs, from one of its commits
+        lineages = [lineage for lineage in world.lineages if lineage.commits and not any(
+            c.alive and not c.ended and c.lineage is lineage for c in world.clients)]
+        if lineages:
+            lineage = lineages[args[0] % len(lineages)]
+            world.restore(lineage, args[1] % len(lineage.commits))
+    elif kind == "run":
+        for client in list(world.clients):
+            for _ in range(args[1]):
+                world.step(client, args[0])
+    elif world.clients:
+        client = world.clients[args[0] % len(world.clients)]
+        if kind == "step":
+            for _ in range(args[2]):
+                world.step(client, args[1])
+        elif kind == "pause":  # past its timeout it is expired, and finds out when it goes on
+            world.pause(client)
+            world.tick(args[1])
+        else:
+            getattr(world, kind)(client)  # commit, close, kill, hand_off
+
+
+def _graced(state: S.DispatcherState, now: float) -> dict:
+    """``summary`` and the lineages, once every clock starts ``now`` (``ClientSeen`` is
+    not journaled: a restarted dispatcher counts its clients as seen at its start)."""
+    state.grace(now)
+    lineages = {}
+    for job_id in state.jobs:
+        ledger = state.ledger(job_id)
+        lineages[job_id] = (dict(ledger.lineages), dict(ledger.live),
+                            {c: client.pending for c, client in ledger.clients.items()})
+    return dict(summary(state), lineages=lineages)
+
+
 @SETTINGS
-@given(OPS, st.data())
-def test_restoring_after_any_batch_gives_the_state_of_that_prefix(ops, data):
-    sim = Simulation()
-    sim.run(ops)
-    cuts = sorted(data.draw(st.sets(st.integers(0, len(sim.history)), max_size=4)))
+@given(ACTIONS)
+def test_restoring_after_any_batch_gives_the_state_of_that_prefix(actions):
+    world = _world()
     with tempfile.TemporaryDirectory() as directory, J.Journal(_path(directory)) as journal:
         start = 0
-        for cut in cuts + [len(sim.history)]:
-            journal.append(sim.history[start:cut])
-            start = cut
-            assert summary(J.restore(_path(directory))) == sim.summaries[cut]
+        for action in [None] + actions:
+            if action is not None:
+                _play(world, action)
+            journal.append(world.history[start:])  # one batch per action
+            start = len(world.history)
+            restored = J.restore(_path(directory))
+            assert _graced(restored, world.now) == _graced(copy.deepcopy(world.state),
+                                                           world.now)
+        assert journal.replay() == world.history
 
 
 @SETTINGS
-@given(OPS)
-def test_compaction_keeps_the_state_that_replay_gives(ops):
-    sim = Simulation()
-    sim.run(ops)
+@given(ACTIONS)
+def test_compaction_keeps_the_state_that_replay_gives(actions):
+    world = _world()
+    for action in actions:
+        _play(world, action)
+    removed = {u.job_id for u in world.history if type(u) is S.JobRemoved}
+    kept = [u for u in world.history if getattr(u, "job_id", None) not in removed]
     with tempfile.TemporaryDirectory() as directory, J.Journal(_path(directory)) as journal:
-        journal.append(sim.history)
-        dropped = journal.compact()
-        assert len(journal.replay()) == len(sim.history) - dropped
-        assert summary(J.restore(_path(directory))) == summary(sim.state)
+        journal.append(world.history)
+        # No heartbeats are journaled: what goes is every record of the removed jobs.
+        assert journal.compact() == len(world.history) - len(kept)
+        assert journal.replay() == kept
+        restored = J.restore(_path(directory))
+        assert (_graced(restored, world.now)) == (
+            _graced(world.state, world.now))
         journal.append([S.WorkerJoined("late")])  # and the compacted journal goes on
         assert J.restore(_path(directory)).alive_workers()[-1] == "late"
 
 
-def test_compaction_drops_removed_jobs_and_stale_heartbeats(tmp_path):
-    beats = [S.ClientSeen("j", "c", t) for t in (2.0, 9.0, 3.0)]
-    other = [S.JobCreated("k", None, "fp", 0, 2, "dynamic"), S.ClientSeen("k", "d", 1.0),
-             S.ClientGone("k", "d"), S.JobRemoved("k")]
+def test_an_anonymous_job_of_a_world_goes_with_its_last_client_and_compaction_drops_it(
+        tmp_path):
+    """(The property above sees removed jobs: a closed consumer's job is removed.)"""
+    world = _world()
+    client = world.new_client(None, Mode.DYNAMIC, 6)
+    for _ in range(10):
+        world.step(client, 2)
+    world.close(client)
+    world.tick(1.0)
+    assert world.history[-1] == S.JobRemoved(client.job_id) and world.state.jobs == ()
     with J.Journal(_path(tmp_path)) as journal:
-        journal.append(_JOB + other + beats)
-        assert journal.compact() == 4 + 2  # all of k; j's heartbeats at 2 and 3
-        assert journal.replay() == _JOB + [beats[1]]
-    assert J.restore(_path(tmp_path)).clients("j") == {"c": 9.0}
+        journal.append(world.history)
+        assert journal.compact() == len(world.history) - 2
+        assert journal.replay() == world.history[:2]  # the workers joining
+
+
+def test_compaction_drops_removed_jobs_and_stale_heartbeats(tmp_path):
+    beats = [S.ClientSeen("j", "c", t) for t in (2.0, 9.0, 3.0, 5.0)]
+    other = [S.JobCreated("k", None, "fp", 0, "dynamic", 2, None),
+             S.ClientJoined("k", "d", "l", 1.0), S.ClientSeen("k", "d", 1.5),
+             S.ClientReleased("k", "d", ()), S.JobRemoved("k")]
+    commit = S.Committed("j", "c", Position(partial=((0, 0, 2),)))
+    with J.Journal(_path(tmp_path)) as journal:
+        journal.append(_JOB + other + beats + [commit])
+        assert journal.compact() == 5 + 2  # all of k; j's heartbeats at 3 and 5
+        # The first heartbeat and the latest-timed one stay.
+        assert journal.replay() == _JOB + beats[:2] + [commit]
+    restored = J.restore(_path(tmp_path))
+    assert restored.clients("j") == {"c": 9.0} and restored.jobs == ("j",)
+
+
+def _replayed(updates) -> S.DispatcherState:
+    state = S.DispatcherState()
+    for update in updates:
+        state.apply(update)
+    return state
+
+
+_FINISHED_NAMED_JOB = [
+    S.WorkerJoined("w0"), S.WorkerJoined("w1"),
+    S.JobCreated("a", "A", "fp", 0, "dynamic", 2, None), S.ClientJoined("a", "c", "l", 0.0),
+    S.LeasesGranted("a", "c", ((0, "w0"), (1, "w1"))), S.UnitsDone("a", "c", (0, 1)),
+    S.ClientReleased("a", "c", ()), S.NameEpoch("A", 0), S.JobRemoved("a")]  # past job_timeout
+
+
+# Found by a test: compaction dropped every record of a removed named job, its JobCreated
+# too, and the name's next fresh iterator ran epoch 0 again after a restart. The removal
+# writes the name's epoch (NameEpoch), which compaction keeps.
+def test_compaction_keeps_the_latest_epoch_of_a_removed_named_job(tmp_path):
+    with J.Journal(_path(tmp_path)) as journal:
+        journal.append(_FINISHED_NAMED_JOB)
+        journal.compact()
+    request = Register("A", "fp", Mode.DYNAMIC, 0, "l2", JobPlan(2))
+    epochs = []
+    for state in (_replayed(_FINISHED_NAMED_JOB), J.restore(_path(tmp_path))):
+        reply = _requests.register(state, request, state.apply, now=1.0, job_id="b",
+                                   client_id="d", client_timeout=10.0)
+        epochs.append(reply.epoch)
+    assert epochs == [1, 1]
 
 
 def _damage(path: str, old: bytes, new: bytes) -> None:
@@ -162,21 +296,27 @@ def test_a_damaged_record_is_an_error_naming_the_path_and_the_record(tmp_path):
         J.restore(_path(tmp_path))
 
 
-def test_a_record_that_does_not_decode_is_an_error_naming_the_field(tmp_path):
+@pytest.mark.parametrize("text, match", [
+    ('{"type":"WorkerJoined","worker_id":7}', "worker_id=7"),
+    ('{"type":"UnitsDone","job_id":"j","client_id":"c","units":[1,1]}', "each unit once"),
+    ('{"type":"LeasesGranted","job_id":"j","client_id":"c","leases":[[0,null]]}',
+     "worker_id=None"),
+], ids=["a worker id", "a unit twice", "a null worker"])
+def test_a_record_that_does_not_decode_is_an_error_naming_the_field(tmp_path, text, match):
     _journal_of(_path(tmp_path), _JOB)
     db = sqlite3.connect(_path(tmp_path))
-    text = '{"type":"WorkerJoined","worker_id":7}'
     db.execute("UPDATE updates SET record = ?, crc = ? WHERE seq = 1",
                (text, zlib.crc32(text.encode())))
     db.commit()
     db.close()
-    with pytest.raises(J.JournalError, match=r"record 1 is damaged: .*worker_id=7"):
+    with pytest.raises(J.JournalError, match=rf"record 1 is damaged: .*{match}"):
         J.restore(_path(tmp_path))
 
 
 def test_records_that_do_not_replay_are_an_error_naming_the_record(tmp_path):
-    _journal_of(_path(tmp_path), _JOB + [S.SplitsDone("j", "c", (3,))])
-    with pytest.raises(J.JournalError, match=r"record 5 does not fit .*split 3 is not leased"):
+    _journal_of(_path(tmp_path), _JOB + [S.UnitsDone("j", "c", (3,))])
+    with pytest.raises(J.JournalError,
+                       match=r"record 5 does not fit .*reports done unit 3, which is not leased"):
         J.restore(_path(tmp_path))
 
 
@@ -209,13 +349,15 @@ def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path):
     db.close()
 
 
-def test_a_journal_of_another_version_is_refused(tmp_path):
+@pytest.mark.parametrize("version", ["1", "99"])  # 1: splits, before lineages and commits
+def test_a_journal_of_another_version_is_refused(tmp_path, version):
     _journal_of(_path(tmp_path), [])
     db = sqlite3.connect(_path(tmp_path))
-    db.execute("UPDATE jdata_journal SET value = '99' WHERE key = 'version'")
+    db.execute("UPDATE jdata_journal SET value = ? WHERE key = 'version'", (version,))
     db.commit()
     db.close()
-    with pytest.raises(J.JournalError, match="version '99'; this jdata reads"):
+    with pytest.raises(J.JournalError, match=f"version '{version}'; this jdata reads "
+                                             "'jdata.service.journal' version 2"):
         J.restore(_path(tmp_path))
 
 

@@ -298,9 +298,13 @@ def _unsplittable(paths) -> list:
         ("cache", after, jdata.range(10).filter(odd).cache()),
         ("take", after, jdata.from_tfrecord(paths).take(3)),
         ("shard", "drop the shard", jdata.from_tfrecord(paths).shard(2, 0)),
-        ("batch", "without drop_remainder",
-         jdata.from_tfrecord(paths).batch(2, drop_remainder=True)),
         ("repeat", "repeat after distribute", jdata.from_tfrecord(paths).repeat()),
+        ("repeat", "repeat the file list under the interleave",
+         jdata.from_tensor_slices(paths).interleave(jdata.from_tfrecord, 2).repeat()),
+        ("interleave", "random-access file list", jdata.from_tensor_slices(paths).filter(
+            lambda path: True).interleave(jdata.from_tfrecord, 2)),
+        ("map", "one repeat is the interleave's input", jdata.from_tensor_slices(paths)
+         .repeat().map(lambda path: path).interleave(jdata.from_tfrecord, 2)),
     ]
 
 

@@ -4,6 +4,8 @@ many elements it skipped; the window stays within its bytes."""
 
 import threading
 
+import jax
+
 import numpy as np
 import pytest
 
@@ -116,20 +118,50 @@ def test_concurrent_consumers_each_read_the_stream_in_order():
     assert stream.computed < 2000 + 16 * 4  # computed once, not once per consumer
 
 
-def test_a_worker_drops_a_window_nobody_reads(monkeypatch):
+def test_a_worker_drops_a_window_nobody_reads_and_a_stopped_jobs_windows(monkeypatch):
     ds = jdata.range(10).repeat()
     w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=60.0)
     w._plans["fp"] = (ds._optimize().plan, ds.options)
-    packed, skipped, hit, after = w.read_shared("job-1", "fp", None, 0, "c", 5)
-    elements, _, _ = _blocks.unpack(packed, None)
-    assert len(elements) >= 1 and after == len(elements) and not hit and skipped == 0
-    monkeypatch.setattr(w, "_idle_sec", 0.0)
-    w._drop_idle_windows()
-    assert w._windows == {}
+    for job in ("job-1", "job-2"):
+        packed, skipped, hit, after = w.read_shared(worker.ReadSpec(job, "fp", None, 0, 0),
+                                                    "c", 5, None, 0)
+        elements, _, _ = _blocks.unpack(packed, None)
+        assert len(elements) >= 1 and after == len(elements) and not hit and skipped == 0
+    assert set(w._buffers.snapshot()) == {"job-1", "job-2"}
+    w.stop_job("job-2")  # the dispatcher removed it: its windows go at once
+    assert set(w._buffers.snapshot()) == {"job-1"}
+    monkeypatch.setattr(w._buffers, "_idle_sec", 0.0)
+    assert w._buffers.snapshot() == {}  # idle ones go when the worker is pinged
+
+
+def test_a_shared_slots_stream_is_its_slots_not_its_workers():
+    """Each slot's stream has randomness of its own (slot 0: the local stream), whichever
+    worker computes it: the same program with the same keys reads the same streams."""
+    ds = jdata.range(50).shuffle(jax.random.key(0)).repeat()
+
+    def first_50(w, slot):
+        out, seq = [], 0
+        while len(out) < 50:
+            packed = w.read_shared(worker.ReadSpec("job", "fp", None, 0, slot), "c",
+                                   50 - len(out), None, seq)[0]
+            out += [int(x) for x in _blocks.unpack(packed, None)[0]]
+            seq += 1
+        return out
+
+    streams = []
+    for worker_id in ("w0", "w1"):
+        w = worker.Worker(worker_id, window_bytes=1 << 20)
+        w._plans["fp"] = (ds._optimize().plan, ds.options)
+        streams.append([first_50(w, slot) for slot in (0, 1)])
+    assert streams[0] == streams[1]  # two workers, the same slot streams
+    assert streams[0][0] != streams[0][1] and sorted(streams[0][0]) == list(range(50))
+    assert streams[0][0] == [int(x) for x in jdata.range(50).shuffle(jax.random.key(0))]
 
 
 def test_the_default_window_is_a_twentieth_of_memory():
-    assert worker.default_window_bytes() >= 64 << 20
+    from jdata.service import _worker_buffers
+
+    assert _worker_buffers.default_window_bytes() >= 64 << 20
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
