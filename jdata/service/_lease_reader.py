@@ -415,6 +415,8 @@ class LeaseReader:
 
     def set_state(self, state) -> None:
         lineage, epoch, units, elements, position = _reader_states.read_lease_state(state)
+        if self._mode is Mode.OFF:  # a slot is the whole pipeline: no part runs past it
+            _reader_states.check_within(position, self._dnode.input.cardinality())
         if epoch is not None and self._dnode.job_name is not None:
             self._epoch = epoch
         self._lineage, self._units = lineage, units

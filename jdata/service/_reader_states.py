@@ -60,6 +60,17 @@ def read_lease_state(state) -> tuple[str | None, int | None, int | None, int | N
     return lineage, epoch, units, elements, position
 
 
+def check_within(position: Position, length: int) -> None:
+    """An ``off`` state's parts end within the pipeline, where its length is known: else a
+    restore would skip a crafted number of elements (forever, on an endless pipeline)."""
+    if length < 0:  # infinite or unknown: a restore skips as far as the state says
+        return
+    for unit, start, stop in position.partial:
+        if stop > length:
+            raise states.invalid(_OP, "partial", f"reaches element {stop} of slot {unit}, "
+                                 f"beyond the pipeline's {length} elements")
+
+
 def _ranges(pairs: list, bound: int) -> tuple:
     out, last = [], -1
     for pair in pairs:

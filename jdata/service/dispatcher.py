@@ -60,8 +60,9 @@ class Dispatcher:
         # Clients waiting for units (a lease granted nothing while they had nothing to
         # yield): (job, client) -> since when. Guarded by _ledger_lock.
         self._waiting: dict[tuple[str, str], float] = {}
-        # Units granted (and slots placed) per worker: the grant policy's tie-break, so
-        # small jobs spread over the workers (a hint: it starts again after a restart).
+        # Units granted (and slots placed) per worker since the workers last changed: the
+        # grant policy's tie-break, so small jobs spread over the workers (a hint: it starts
+        # again after a restart).
         self._spread: collections.Counter = collections.Counter()
         self._members = Members(namespace, worker_cpus, window_bytes, client_timeout,
                                 self._commit, self._alive)
@@ -113,6 +114,8 @@ class Dispatcher:
                 removed = [u.job_id for u in applied if type(u) is st.JobRemoved]
                 if removed:
                     self._removed(removed)
+                if any(type(u) in (st.WorkerJoined, st.WorkerLost) for u in applied):
+                    self._spread.clear()  # grants since the workers changed: all start even
 
     def _removed(self, job_ids: list) -> None:
         for job_id in job_ids:

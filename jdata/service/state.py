@@ -265,16 +265,18 @@ class DispatcherState:
         return self._job(job_id, "free_units").units.lowest_free(count)
 
     def worker_loads(self, job_id: str | None = None) -> dict[str, int]:
-        """Each alive worker's unfinished leases and placed slots, in the job (``None``:
-        across jobs), in join order."""
+        """Each alive worker's unfinished leases and placed slots (of jobs with clients: a
+        dormant job's windows are gone), in the job (``None``: across jobs), in join
+        order."""
         jobs = self._jobs.values() if job_id is None else [self._job(job_id, "worker_loads")]
         loads = dict.fromkeys(self._alive, 0)
         for job in jobs:
             for worker_id, units in job.by_worker.items():
                 if worker_id in loads:
                     loads[worker_id] += len(units)
-            for worker_id in job.placements.values():
-                loads[worker_id] += 1
+            if job.clients:
+                for worker_id in job.placements.values():
+                    loads[worker_id] += 1
         return loads
 
 

@@ -1,0 +1,134 @@
+"""A trainer process for the service's contract tests and its chaos run.
+
+``python -m tests.service.trainer SPEC`` (a JSON object) connects to a running service,
+reads a job and logs what it yields, one line each, flushed, to ``SPEC["log"]``:
+
+- ``E <element>``: an element it yielded (its int value);
+- ``X <error type> <message>``: an element's error (an ``ElementError``), caught, the loop
+  goes on;
+- ``C <n>``: it took a state after its n-th element and saved it (atomically) to
+  ``SPEC["checkpoint"]``: a checkpoint;
+- ``R <n>``: it restored the checkpoint taken after its n-th element;
+- ``END``, or ``FAIL <error type> <message>`` and exit status 3.
+
+Its kept history (what the service promises to keep exactly once) is what it logged up to
+its last ``C`` if it was killed, all of it if it ended. It reads ``SPEC["pace"]`` seconds
+per element (a trainer's step), so a test can stop it mid-epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise TypeError("this element cannot be pickled")
+
+
+def pipeline(spec: dict):
+    """The job's pipeline: ``range(n)`` shuffled and tagged by the slot's randomness (so
+    ``off`` slots differ), an unpicklable element at ``spec["bad"]``, if any."""
+    import jax
+
+    import jdata
+
+    bad = set(spec.get("bad", ()))
+
+    def tag(x, key):
+        if int(x) in bad:
+            return np.array(Unpicklable(), dtype=object)
+        return x * 1000 + np.random.default_rng(key).integers(1000)
+
+    return jdata.range(spec["n"]).shuffle(jax.random.key(spec.get("seed", 0))).random_map(
+        tag, jax.random.key(7))
+
+
+def main(spec: dict) -> int:
+    import jdata
+    from jdata import service
+
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    svc = service.connect(spec["address"], namespace=spec["namespace"],
+                          split_elements=spec.get("split_elements"))
+    ds = pipeline(spec).distribute(svc, processing_mode=spec.get("mode", "dynamic"),
+                                   job_name=spec.get("job_name"))
+    log = open(spec["log"], "a", buffering=1)
+    state, count = None, 0
+    if spec.get("restore") and os.path.exists(spec["checkpoint"]):
+        with open(spec["checkpoint"]) as f:
+            saved = json.load(f)
+        state, count = saved["state"], saved["count"]
+        log.write(f"R {count}\n")
+    it = ds.iterator(state)
+    every = spec.get("checkpoint_every", 0)
+    try:
+        while True:
+            try:
+                x = next(it)
+            except StopIteration:
+                break
+            except jdata.ElementError as e:
+                log.write(f"X {type(e).__name__} {str(e)[:200]!r}\n")
+                continue
+            count += 1
+            log.write(f"E {int(x)}\n")
+            if every and count % every == 0:
+                _checkpoint(spec["checkpoint"], it.get_state(), count)
+                log.write(f"C {count}\n")
+            time.sleep(spec.get("pace", 0.0))
+    except Exception as e:  # the test reads why
+        log.write(f"FAIL {type(e).__name__} {str(e)[:500]!r}\n")
+        return 3
+    log.write("END\n")
+    it.close()
+    return 0
+
+
+def _checkpoint(path: str, state, count: int) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"state": state, "count": count}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def kept(path: str) -> list[int]:
+    """The elements a trainer's log keeps: each incarnation's up to its last checkpoint
+    (a killed one's), or to its end; a restore goes on from the checkpoint it names."""
+    lines = open(path).read().splitlines()
+    kept_list: list[int] = []
+    incarnation: list[int] = []
+    checkpoints: dict[int, int] = {}  # count -> len(kept) then
+    base = 0
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        if kind == "R":
+            count = int(rest)
+            kept_list = kept_list[:checkpoints[count]] if count else []
+            incarnation, base = [], count
+        elif kind == "E":
+            incarnation.append(int(rest))
+            kept_list.append(int(rest))
+        elif kind == "C":
+            checkpoints[int(rest)] = len(kept_list)
+    ended = lines and lines[-1] == "END"
+    if not ended:  # killed: what it yielded past its last checkpoint died with it
+        last = max((c for c in checkpoints if c >= base), default=None)
+        kept_list = kept_list[:checkpoints[last]] if last is not None else \
+            kept_list[:len(kept_list) - len(incarnation)]
+    return kept_list
+
+
+if __name__ == "__main__":
+    # Through the module, not __main__: its UDFs then have the fingerprint the same code
+    # has imported in another process (a named job runs one pipeline).
+    from tests.service import trainer
+
+    sys.exit(trainer.main(json.loads(sys.argv[1])))
