@@ -21,17 +21,13 @@ import time
 import uuid
 import weakref
 
-import cloudpickle
-
-from jdata import _fingerprint
-from jdata._errors import ElementError, ServiceError
+from jdata._errors import ServiceError
 from jdata.runtime import states
-from jdata.service import _autocache_runner, _blocks, _reader_states, _session, splits
+from jdata.service import _lease_reads, _reader_states, _session, splits
 from jdata.service._lease_core import Action, LeaseCore
 from jdata.service._messages import (Commit, JobPlan, LeaseRequest, Mode, Position, Register,
                                      Release, Resume, Standing)
-from jdata.service.transport import Transport
-from jdata.service.worker import READ_AHEAD, ReadSpec
+from jdata.service.worker import ReadSpec
 
 READS_PER_WORKER = 2  # one being consumed, one producing ahead
 # While nothing can be read (workers being replaced, other clients holding the last
@@ -42,14 +38,6 @@ _NO_WORKER_SEC = 120.0
 # The readers of this process, by job: one waiting for units another holds while idle
 # (two iterators of a named job alternated on one thread) takes them over at once.
 _LOCAL: dict[str, weakref.WeakSet] = {}
-
-
-class _Read:
-    __slots__ = ("unit", "worker_id", "generator", "checked")
-
-    def __init__(self, unit: int, worker_id: str, generator, checked: bool):
-        self.unit, self.worker_id = unit, worker_id
-        self.generator, self.checked = generator, checked
 
 
 class LeaseReader:
@@ -65,7 +53,6 @@ class LeaseReader:
         self._committed = Position()  # where a death rolls back to (named jobs)
         self._units: int | None = None
         self._split_elements = dnode.service.split_elements
-        self._reads: dict[int, _Read] = {}
         self._split_plan = None
         self._waited = 0.0
         self._waiting_on = 0
@@ -78,15 +65,14 @@ class LeaseReader:
     # ------------------------------------------------------------ start
 
     def start(self) -> None:
-        self.transport = Transport(self._dnode.service)
-        self.session = _session.Session(self.transport, self.stats, self._ctx.autotuner(),
-                                        weakref.WeakMethod(self.hand_off))
-        options = self._ctx.options
-        node, note = _autocache_runner.plan_for_epoch(self._dnode.input, self._dnode, options,
-                                                      self.transport, self._epoch)
-        self._node, self._options = node, options
-        self._fingerprint = _fingerprint.fingerprint(node)
-        self._plan_ref = [self.transport.ray.put(cloudpickle.dumps((node, options)))]
+        opened = _session.open_job(self._dnode, self._ctx, self.stats, self._epoch,
+                                   weakref.WeakMethod(self.hand_off))
+        self.session, self.transport = opened.session, opened.session.transport
+        self._reads = _lease_reads.Reads(self.transport, self.core, self.stats,
+                                         self.session.report, self._dnode.compression,
+                                         self._spec)
+        self._node, self._options, note = opened.node, self._ctx.options, opened.note
+        self._fingerprint, self._plan_ref = opened.fingerprint, opened.plan_ref
         fresh = self._lineage is None
         self._lineage = self._lineage or uuid.uuid4().hex
         plan = self._known_plan()
@@ -160,9 +146,9 @@ class LeaseReader:
                     continue
                 return self._yield(unit, n)
             if action is Action.PULL:
-                self._pull(self._reads[unit])
+                self._reads.pull(unit)
             elif action is Action.PULL_ANY:
-                self._pull_any()
+                self._reads.pull_any()
             elif action is Action.LEASE:
                 self._lease()
             elif action is Action.WAIT:
@@ -197,120 +183,25 @@ class LeaseReader:
         for grant in reply.grants:
             core.granted(grant.unit, grant.offset)
             if core.held[grant.unit].reading:
-                self._start_read(grant.unit, grant.worker_id, checked=False)
+                self._reads.start(grant.unit, grant.worker_id)
         core.leased(len(reply.grants), reply.finished, reply.workers, reply.give_back,
                     reply.drained)
         for unit in reply.give_back:
-            self._stop_read(unit)
+            self._reads.stop(unit)
         self.stats.parallelism = reply.workers
         self.session.report.capacity = core.capacity * (self._split_elements or 1)
         if reply.grants or reply.waiting_on or reply.workers:
             self._waited = 0.0
         self._waiting_on = reply.waiting_on
 
-    def _start_read(self, unit: int, worker_id: str, checked: bool) -> None:
-        held = self.core.held[unit]
+    def _spec(self, unit: int, skip: int, checked: bool) -> tuple[str, ReadSpec]:
         if self._mode is Mode.OFF:
             method, what = "read_slot", unit
         else:
             method, what = "read_split", dataclasses.asdict(self._split_plan.split(unit))
-        spec = ReadSpec(self.session.membership.job_id, self._fingerprint, self._plan_ref,
-                        self._epoch, what, held.received, self._dnode.compression, checked,
-                        self._dnode.cache_put)
-        generator = self.transport.stream(worker_id, method, spec, ahead=READ_AHEAD)
-        if generator is None:  # gone since the grant: the dispatcher will know it too
-            self.core.lost(unit)
-            self.transport.tell("report_lost", worker_id)
-            return
-        self._reads[unit] = _Read(unit, worker_id, generator, checked)
-
-    def _stop_read(self, unit: int) -> None:
-        read = self._reads.pop(unit, None)
-        if read is not None:
-            self.transport.cancel(read.generator)
-
-    def _pull(self, read: _Read) -> None:
-        """The read's next block into its unit's buffer, or its end, or its loss. The
-        other reads' ready blocks come first, without waiting: a read produces only
-        ``READ_AHEAD`` blocks before its client takes them, so the workers keep busy only
-        while the client drains every read, not just the one it yields from."""
-        others = [r for r in self._reads.values() if r is not read]
-        if others:
-            ready, _ = self.transport.ray.wait([r.generator for r in others],
-                                               num_returns=len(others), timeout=0)
-            ready_ids = set(map(id, ready))
-            for other in others:
-                if id(other.generator) in ready_ids:
-                    self._take_block(other)
-        if read.unit in self._reads:
-            began = time.perf_counter()
-            if not self.transport.ready(read.generator, read.worker_id):
-                self._lost(read)
-                return
-            self._take_block(read)
-            self.stats.wait_sec += time.perf_counter() - began
-
-    def _take_block(self, read: _Read) -> None:
-        """Takes the read's ready block (or its end, or its failure)."""
-        transport = self.transport
-        try:
-            packed = transport.ray.get(next(read.generator))
-        except StopIteration:
-            del self._reads[read.unit]
-            self.core.ended(read.unit)
-            return
-        except transport.ray.exceptions.RayError as e:
-            self._failed(read, e)
-            return
-        block, failures, nbytes = _blocks.unpack(packed, self._dnode.compression)
-        if block:
-            self.core.arrived(read.unit, block, failures)
-            self.session.report.bytes += nbytes
-            self.stats.buffered += len(block)
-            if not failures:
-                self.stats.record_bytes(block[0])
-
-    def _pull_any(self) -> None:
-        reads = list(self._reads.values())
-        ready, _ = self.transport.ray.wait([r.generator for r in reads], num_returns=1,
-                                           timeout=1.0)
-        for read in reads:
-            if ready and read.generator is ready[0]:
-                self._take_block(read)
-                return
-        alive = set(self.transport.alive_workers())
-        for read in reads:
-            if read.worker_id not in alive:
-                self._lost(read)
-
-    def _lost(self, read: _Read) -> None:
-        """Its worker died: the unit is read again past what was received, on the same
-        worker if that lives still (the read failed, not the worker), else where the
-        dispatcher re-issues it."""
-        del self._reads[read.unit]
-        self.transport.forget(read.worker_id)
-        self.core.lost(read.unit)
-        self.transport.call("report_lost", read.worker_id)
-        if read.worker_id in self.transport.alive_workers():
-            self.core.granted(read.unit, self.core.held[read.unit].received)
-            self._start_read(read.unit, read.worker_id, read.checked)
-
-    def _failed(self, read: _Read, error) -> None:
-        if self.transport.lost(error):
-            self._lost(read)
-            return
-        # It failed on the worker's side (an element Ray could not pickle, or the
-        # worker's runtime raised): read it again checked, element by element.
-        del self._reads[read.unit]
-        if not read.checked:
-            self._start_read(read.unit, read.worker_id, checked=True)
-            return
-        held = self.core.held[read.unit]  # even checked it fails: the unit ends here
-        self.core.ended(read.unit)
-        self.session.report.lost += 1
-        held.buffer.add([_blocks.Failure(ElementError(
-            held.received, "the worker cannot read the rest of its split; it is lost (counted "
-            "in it.stats() and svc.status())", _cause(error)))], (0,))
+        return method, ReadSpec(self.session.membership.job_id, self._fingerprint,
+                                self._plan_ref, self._epoch, what, skip,
+                                self._dnode.compression, checked, self._dnode.cache_put)
 
     def _wait(self) -> None:
         """Nothing to read now. Workers are being replaced, or other clients hold the last
@@ -332,8 +223,8 @@ class LeaseReader:
         if standing is Standing.SUPERSEDED:
             raise ServiceError("distribute: this iterator's state was restored into another "
                                "iterator, which took over its job; this one can go no further")
-        for unit in list(self._reads):  # the reads belong to the job as it was
-            self._stop_read(unit)
+        for unit in self._reads.units():  # the reads belong to the job as it was
+            self._reads.stop(unit)
             self.core.lost(unit)
         self._joined(self._register(JobPlan(self._units, self._split_elements),
                                     Resume(self._epoch, self.core.position(), self._committed),
@@ -374,8 +265,7 @@ class LeaseReader:
             if self._ended or not self.core.held or self.session is None:
                 return False
             core = self.core
-            for unit in list(self._reads):
-                self._stop_read(unit)
+            self._reads.stop_all()
             position = core.position()  # committed with the hand-off: the units it yielded
             # part of go on elsewhere, past that part (kept until the dispatcher has them:
             # else the next lease or release says it)
@@ -426,14 +316,10 @@ class LeaseReader:
             self.core.restore(position)
 
     def close(self) -> None:
-        if self.session is None:
-            return
-        self.session.stop()
-        if not self.transport.live():
+        if self.session is None or not self.session.closing():
             return
         with self._lock:
-            for unit in list(self._reads):
-                self._stop_read(unit)
+            self._reads.stop_all()
             if not self._ended:
                 self._release()
 
@@ -448,9 +334,3 @@ class LeaseReader:
         self.transport.tell("release", Release(membership.job_id, membership.client_id,
                                                self.core.offsets() + tuple(self.core.to_return),
                                                tuple(self.core.to_report)))
-
-
-def _cause(error):
-    from jdata.service.transport import cause
-
-    return cause(error)

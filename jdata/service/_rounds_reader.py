@@ -18,12 +18,9 @@ import functools
 import time
 import uuid
 
-import cloudpickle
-
-from jdata import _fingerprint
-from jdata.service import _autocache_runner, _blocks, _reader_states, _rounds, _session
+from jdata.service import _blocks, _reader_states, _rounds, _session
 from jdata.service._messages import Mode, Register, Release
-from jdata.service.transport import Transport
+from jdata.service.transport import cause
 from jdata.service.worker import ReadSpec
 
 # A round whose group is not ready this long after its first request is skipped by
@@ -51,13 +48,9 @@ class RoundsReader:
         from jdata.service.dispatcher import ROUND_LEAD, ROUNDS_PER_READ
 
         self._run, self._lead = ROUNDS_PER_READ, ROUND_LEAD
-        self.transport = Transport(self._dnode.service)
-        self.session = _session.Session(self.transport, self.stats, self._ctx.autotuner())
-        options = self._ctx.options
-        node, _ = _autocache_runner.plan_for_epoch(self._dnode.input, self._dnode, options,
-                                                   self.transport, 0)
-        self._fingerprint = _fingerprint.fingerprint(node)
-        self._plan_ref = [self.transport.ray.put(cloudpickle.dumps((node, options)))]
+        opened = _session.open_job(self._dnode, self._ctx, self.stats, 0)
+        self.session, self.transport = opened.session, opened.session.transport
+        self._fingerprint, self._plan_ref = opened.fingerprint, opened.plan_ref
         reply = self.session.register(Register(self._dnode.job_name, self._fingerprint,
                                                Mode.COORDINATED, 0, uuid.uuid4().hex, None))
         self._epoch = reply.epoch
@@ -154,7 +147,7 @@ class RoundsReader:
             return transport.ray.get(ref), True
         except transport.ray.exceptions.RayError as e:
             if not transport.lost(e):
-                raise _cause(e) from None
+                raise cause(e) from None
             self._schedule_until = self._round  # learn the new workers at once
             return [(None, True, False)] * self._run, False
 
@@ -189,10 +182,7 @@ class RoundsReader:
         self._restored = True
 
     def close(self) -> None:
-        if self.session is None:
-            return
-        self.session.stop()
-        if self.transport.live():
+        if self.session is not None and self.session.closing():
             membership = self.session.membership
             self.transport.tell("release", Release(membership.job_id, membership.client_id))
 
@@ -205,9 +195,3 @@ def _report_arrival(transport, job_id: str, client_id: str, start: int, future) 
             transport.tell("run_outcome", job_id, client_id, start, True)
     except Exception:  # cancelled, or the service is gone: the consumer reports it itself
         pass
-
-
-def _cause(error):
-    from jdata.service.transport import cause
-
-    return cause(error)

@@ -112,6 +112,39 @@ class Session:
     def stop(self) -> None:
         self._stop.set()
 
+    def closing(self) -> bool:
+        """Stops the heartbeat; whether the service is still there to say goodbye to."""
+        self.stop()
+        return self.transport.live()
+
+
+@dataclasses.dataclass
+class Opened:
+    """A job's pipeline as a client sends it: the plan this epoch runs (autocache's
+    choice), its fingerprint, the plan in Ray's object store, and a note for stats."""
+
+    session: Session
+    node: object
+    fingerprint: str
+    plan_ref: list
+    note: str
+
+
+def open_job(dnode, ctx, stats, epoch: int, hand_off=None) -> Opened:
+    """Connects to ``dnode``'s service and readies the job's plan (see ``Opened``)."""
+    import cloudpickle
+
+    from jdata import _fingerprint
+    from jdata.service import _autocache_runner
+    from jdata.service.transport import Transport
+
+    transport = Transport(dnode.service)
+    session = Session(transport, stats, ctx.autotuner(), hand_off)
+    node, note = _autocache_runner.plan_for_epoch(dnode.input, dnode, ctx.options, transport,
+                                                  epoch)
+    plan_ref = [transport.ray.put(cloudpickle.dumps((node, ctx.options)))]
+    return Opened(session, node, _fingerprint.fingerprint(node), plan_ref, note)
+
 
 def _heartbeat(session: Session, period: float, tuner, hand_off) -> None:
     """The consumer's wait is the wait of the pipeline's outermost stage (the last one

@@ -17,13 +17,10 @@ import collections
 import time
 import uuid
 
-import cloudpickle
-
-from jdata import _fingerprint
-from jdata.service import _autocache_runner, _blocks, _reader_states, _session
+from jdata.service import _blocks, _reader_states, _session
 from jdata.service._lease_core import Buffer
 from jdata.service._messages import Mode, Register, Release
-from jdata.service.transport import Transport
+from jdata.service.transport import cause
 from jdata.service.worker import ReadSpec
 
 # Elements per read of a shared job's window (a block's worth at most).
@@ -61,13 +58,9 @@ class SharedReader:
         self.session = None
 
     def start(self) -> None:
-        self.transport = Transport(self._dnode.service)
-        self.session = _session.Session(self.transport, self.stats, self._ctx.autotuner())
-        options = self._ctx.options
-        node, _ = _autocache_runner.plan_for_epoch(self._dnode.input, self._dnode, options,
-                                                   self.transport, 0)
-        self._fingerprint = _fingerprint.fingerprint(node)
-        self._plan_ref = [self.transport.ray.put(cloudpickle.dumps((node, options)))]
+        opened = _session.open_job(self._dnode, self._ctx, self.stats, 0)
+        self.session, self.transport = opened.session, opened.session.transport
+        self._fingerprint, self._plan_ref = opened.fingerprint, opened.plan_ref
         reply = self.session.register(Register(self._dnode.job_name, self._fingerprint,
                                                Mode.SHARED, 0, uuid.uuid4().hex, None))
         self._epoch, self._num_slots = reply.epoch, reply.plan.num_units
@@ -164,7 +157,7 @@ class SharedReader:
             packed, skipped, hit, after = transport.ray.get(ref)
         except transport.ray.exceptions.RayError as e:
             if not transport.lost(e):
-                raise _cause(e) from None
+                raise cause(e) from None
             self._drop(slot, keep_position=True)
             self.transport.tell("report_lost", stream.worker_id)
             return False
@@ -199,19 +192,10 @@ class SharedReader:
         self._positions = _reader_states.read_shared_state(state)
 
     def close(self) -> None:
-        if self.session is None:
-            return
-        self.session.stop()
-        if not self.transport.live():
+        if self.session is None or not self.session.closing():
             return
         membership = self.session.membership
         for slot, stream in self._slots.items():  # our cursors go
             self.transport.request(stream.worker_id, "leave_shared", membership.job_id,
                                    membership.client_id)
         self.transport.tell("release", Release(membership.job_id, membership.client_id))
-
-
-def _cause(error):
-    from jdata.service.transport import cause
-
-    return cause(error)

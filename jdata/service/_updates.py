@@ -136,6 +136,29 @@ def _ranges(owner, name: str, pairs) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class _OfClient:
+    """An update about one client of one job."""
+
+    job_id: str
+    client_id: str
+
+    def __post_init__(self):
+        _id(self, "job_id")
+        _id(self, "client_id")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Offsets(_OfClient):
+    """Units a client gives back, each past its offset: ``((unit, offset)...)``."""
+
+    offsets: tuple[tuple[int, int], ...]
+
+    def __post_init__(self):
+        super().__post_init__()
+        _pairs(self, "offsets", "offset")
+
+
+@dataclasses.dataclass(frozen=True)
 class JobCreated:
     """A job: one epoch of one pipeline. Leasing modes cut it in ``num_units`` units
     (``None``: unbounded); shared and coordinated jobs place ``num_units`` slots."""
@@ -184,141 +207,101 @@ class WorkerLost:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClientJoined:
+class ClientJoined(_OfClient):
     """A new consumer (``lineage``) joins a job as ``client_id`` at ``time``."""
 
-    job_id: str
-    client_id: str
     lineage: str
     time: float
 
     def __post_init__(self):
-        for name in ("job_id", "client_id", "lineage"):
-            _id(self, name)
+        super().__post_init__()
+        _id(self, "lineage")
         _time(self)
 
 
 @dataclasses.dataclass(frozen=True)
-class ClientRestored:
+class ClientRestored(_OfClient):
     """``lineage`` comes back as ``client_id`` at ``position``: its earlier incarnation
     leaves as if expired, and what it keeps of each unit becomes what the position says
     where the others allow (``Job.restore``). ``committed``: where a paused client that
     resumes had committed last (its death rolls back there); None for a restore, whose
     position is what its checkpoint holds."""
 
-    job_id: str
-    client_id: str
     lineage: str
     time: float
     position: Position
     committed: Position | None = None
 
     def __post_init__(self):
-        for name in ("job_id", "client_id", "lineage"):
-            _id(self, name)
+        super().__post_init__()
+        _id(self, "lineage")
         _time(self)
         _position(self, "position")
         _position(self, "committed", optional=True)
 
 
 @dataclasses.dataclass(frozen=True)
-class ClientSeen:
+class ClientSeen(_OfClient):
     """A client was heard from at ``time`` (``time.time()``)."""
 
-    job_id: str
-    client_id: str
     time: float
 
     def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
+        super().__post_init__()
         _time(self)
 
 
 @dataclasses.dataclass(frozen=True)
-class LeasesGranted:
+class LeasesGranted(_OfClient):
     """``client_id`` reads each ``(unit, worker_id)`` of ``leases`` from that worker."""
 
-    job_id: str
-    client_id: str
     leases: tuple[tuple[int, str], ...]
 
     def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
+        super().__post_init__()
         _pairs(self, "leases", "worker")
 
 
 @dataclasses.dataclass(frozen=True)
-class UnitsDone:
+class UnitsDone(_OfClient):
     """``client_id`` yielded each of ``units`` whole: never leased again (but a restore of
     its lineage from an earlier state, or its death before it commits, reopens them)."""
 
-    job_id: str
-    client_id: str
     units: tuple[int, ...]
 
     def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
+        super().__post_init__()
         _units(self, "units", self.units)
 
 
 @dataclasses.dataclass(frozen=True)
-class Committed:
+class Committed(_OfClient):
     """``client_id``'s state holds ``position``: should it die, the units it touched go
     back from there."""
 
-    job_id: str
-    client_id: str
     position: Position
 
     def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
+        super().__post_init__()
         _position(self, "position")
 
 
 @dataclasses.dataclass(frozen=True)
-class ClientReleased:
+class ClientReleased(_Offsets):
     """A client left, keeping all it yielded: each unit it holds goes back past
     ``offsets`` (its own offset if not named)."""
 
-    job_id: str
-    client_id: str
-    offsets: tuple[tuple[int, int], ...]
-
-    def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
-        _pairs(self, "offsets", "offset")
-
 
 @dataclasses.dataclass(frozen=True)
-class ClientExpired:
+class ClientExpired(_OfClient):
     """A client fell silent past its timeout (killed, or paused): what it touched since
     its last commit goes back from there."""
 
-    job_id: str
-    client_id: str
-
-    def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
-
 
 @dataclasses.dataclass(frozen=True)
-class LeasesReturned:
-    """A live client gives units back past ``offsets`` (another client has none)."""
-
-    job_id: str
-    client_id: str
-    offsets: tuple[tuple[int, int], ...]
-
-    def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
-        _pairs(self, "offsets", "offset")
+class LeasesReturned(_Offsets):
+    """A live client gives units back past ``offsets`` (another client has none, or it
+    is idle while another waits)."""
 
 
 @dataclasses.dataclass(frozen=True)

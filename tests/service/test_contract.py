@@ -84,7 +84,7 @@ def test_a_second_client_of_a_named_job_adopts_the_first_clients_splits(svc):
     thirteen = service.connect(namespace=svc.ref.namespace, split_elements=13)
     above = trainer.pipeline({"n": 300})
     its = [above.distribute(s, job_name="cut").iterator() for s in (seven, thirteen)]
-    got: list = [[], []]
+    got: list = [[int(next(its[0]))], []]  # the first client: it cuts the job
 
     def read(i):
         got[i] += [int(x) for x in its[i]]
@@ -162,11 +162,13 @@ def test_a_paused_client_resumes_where_it_was_when_nobody_took_its_splits(svc, t
 
 def test_a_paused_client_whose_splits_others_took_says_so_and_its_restore_is_exact(
         svc, tmp_path):
+    # One checkpoint, at 20, and it goes on past it: it holds elements its checkpoint does
+    # not when it is paused (else it would resume exactly: nothing conflicts).
     spec = _spec(svc, tmp_path, "overtaken", job_name="overtaken", checkpoint_every=20,
-                 pace=0.01)
+                 checkpoints=1, pace=0.01)
     process = _start(spec)
-    _wait_for(lambda: sum(line.startswith("C ") for line in _lines(spec)) >= 1, 120,
-              "a checkpoint")
+    _wait_for(lambda: "C 20" in _lines(spec) and len(_lines(spec)) >= 30, 120,
+              "its checkpoint and 8 elements past it")
     process.send_signal(signal.SIGSTOP)
     try:
         _wait_for(lambda: [j for j in svc.status().jobs if j.name == "overtaken" and

@@ -13,7 +13,18 @@ reads a job and logs what it yields, one line each, flushed, to ``SPEC["log"]``:
 
 Its kept history (what the service promises to keep exactly once) is what it logged up to
 its last ``C`` if it was killed, all of it if it ended. It reads ``SPEC["pace"]`` seconds
-per element (a trainer's step), so a test can stop it mid-epoch.
+per element (a trainer's step), so a test can stop it mid-epoch; ``SPEC["checkpoints"]``
+bounds how many checkpoints it takes (every ``SPEC["checkpoint_every"]`` elements).
+
+Two options serve the chaos run (``benchmarks/service_chaos.py``); the log is the same with
+or without them:
+
+- ``SPEC["timestamps"]``: a second file, ``SPEC["log"] + ".t"``, gets a line ``<kind>
+  <time.time()>`` for ``READY`` (connected, about to take its iterator) and for each ``E``,
+  ``X``, ``END`` and ``FAIL`` line of the log, so a run can measure stalls;
+- ``SPEC["gate"]``: a path; the trainer waits for it to exist before it takes its iterator,
+  so that the trainers of one named job join its first epoch together (a trainer that
+  connected late would otherwise find the epoch done and start the next).
 """
 
 from __future__ import annotations
@@ -59,6 +70,9 @@ def main(spec: dict) -> int:
     ds = pipeline(spec).distribute(svc, processing_mode=spec.get("mode", "dynamic"),
                                    job_name=spec.get("job_name"))
     log = open(spec["log"], "a", buffering=1)
+    times = _times_file(spec)
+    _mark(times, "READY")
+    _wait_for_gate(spec.get("gate"))
     state, count = None, 0
     if spec.get("restore") and os.path.exists(spec["checkpoint"]):
         with open(spec["checkpoint"]) as f:
@@ -75,19 +89,43 @@ def main(spec: dict) -> int:
                 break
             except jdata.ElementError as e:
                 log.write(f"X {type(e).__name__} {str(e)[:200]!r}\n")
+                _mark(times, "X")
                 continue
             count += 1
             log.write(f"E {int(x)}\n")
-            if every and count % every == 0:
+            _mark(times, "E")
+            if every and count % every == 0 and count // every <= spec.get("checkpoints", 1e9):
                 _checkpoint(spec["checkpoint"], it.get_state(), count)
                 log.write(f"C {count}\n")
             time.sleep(spec.get("pace", 0.0))
     except Exception as e:  # the test reads why
         log.write(f"FAIL {type(e).__name__} {str(e)[:500]!r}\n")
+        _mark(times, "FAIL")
         return 3
     log.write("END\n")
+    _mark(times, "END")
     it.close()
     return 0
+
+
+def _times_file(spec: dict):
+    """The timestamps file, opened to append, if the spec asks for one."""
+    return open(spec["log"] + ".t", "a", buffering=1) if spec.get("timestamps") else None
+
+
+def _mark(times, kind: str) -> None:
+    """A timestamp line for ``kind`` when the spec asked for them (``times`` is the file)."""
+    if times is not None:
+        times.write(f"{kind} {time.time():.6f}\n")
+
+
+def _wait_for_gate(gate: str | None, timeout_sec: float = 300.0) -> None:
+    """Until the file ``gate`` exists (its creator opens it to every trainer at once)."""
+    deadline = time.monotonic() + timeout_sec
+    while gate is not None and not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gate {gate} was not opened within {timeout_sec:g} s")
+        time.sleep(0.01)  # polling for the gate's file: nothing to wait on instead
 
 
 def _checkpoint(path: str, state, count: int) -> None:
