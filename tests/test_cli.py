@@ -187,10 +187,17 @@ def test_start_status_stop_on_loopback(started, request):
 
     # A second, detached service on the same cluster: `start --address` returns at once.
     detached = _jdata("service", "start", "--address", address, "--namespace", "second",
-                      "--num-workers", "2", "--worker-cpus", "0.1")
+                      "--num-workers", "2", "--worker-cpus", "0.1", "--split-elements", "7")
     assert detached.returncode == 0, detached.stderr
     assert f"jdata service running at {address} (namespace second)" in detached.stdout
     assert "2 workers:" in detached.stdout
+    # Its clients' jobs are cut in splits of 7, unless they say otherwise.
+    client = subprocess.run(
+        [sys.executable, "-c", "import sys; from jdata import service; print(service.connect("
+         "sys.argv[1], namespace='second').ref.split_elements)", address],
+        capture_output=True, text=True, env=_env(RAY_AUTH_MODE="token"),
+        timeout=_COMMAND_TIMEOUT_SEC)
+    assert client.stdout.strip() == "7", client.stderr
     assert _jdata("service", "stop", "--address", address, "--namespace", "second"
                   ).returncode == 0
     assert _jdata("service", "status", "--address", address, "--namespace", "second"

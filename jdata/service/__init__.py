@@ -17,7 +17,6 @@ them with tf.data's service.)
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 import time
@@ -52,18 +51,7 @@ class Service:
 
     def status(self) -> ServiceStatus:
         """The dispatcher, each worker (pid, node, reads, rates) and each job."""
-        ray = _ray.ray_module()
-        raw = ray.get(self._dispatcher.status.remote())
-        names = {f.name for f in dataclasses.fields(WorkerStatus)}
-        workers = [WorkerStatus(**{k: v for k, v in w.items() if k in names})
-                   for w in raw["workers"]]
-        scaling = raw.get("autoscaler")
-        if scaling is not None:
-            scaling = AutoscalerStatus(**{**scaling, "decisions": [
-                ScalingDecision(**d) for d in scaling["decisions"]]})
-        return ServiceStatus(ProcessInfo(**raw["dispatcher"]), workers,
-                             [JobStatus(**j) for j in raw["jobs"]], scaling,
-                             [AutocacheStatus(**c) for c in raw.get("autocache", ())])
+        return _ray.ray_module().get(self._dispatcher.status.remote())
 
     def scale(self, num_workers: int, *, timeout: float = 60.0) -> None:
         """Sets a fixed number of workers (a removed worker's leases are read elsewhere),
@@ -168,7 +156,8 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
       namespace: the Ray namespace of the dispatcher and workers.
       worker_cpus: CPUs each worker actor declares (what a Ray autoscaler adds
         nodes for).
-      split_elements: elements per split; ``None`` sizes splits at a few
+      split_elements: elements per split, for the jobs of clients that give none
+        (``service.connect(split_elements=...)``); ``None`` sizes splits at a few
         hundred milliseconds of work each, measured.
       client_timeout: seconds after which a silent client's leases go back (from its
         last ``get_state()``: what it yielded since died with it), and a shared job's
@@ -222,6 +211,7 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
                 f"{workers} workers: joined it as it is (num_workers={num_workers} and the "
                 "other settings are not applied); svc.scale(n) changes its worker count, or "
                 "start another service with namespace=...", stacklevel=2)
+        split_elements = split_elements or ray.get(running.split_elements.remote())
         return Service(running, ServiceRef(address, namespace, split_elements), owned)
     head = _head_node(ray)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -234,7 +224,7 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
                           float(client_timeout), window_bytes, max_workers, cache_dir,
-                          job_timeout)
+                          job_timeout, split_elements)
     _wait_for_workers(handle, max(num_workers, 1), "service.start", _WORKERS_WAIT_SEC)
     return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir)
 
@@ -268,8 +258,9 @@ def connect(address: str | None = None, namespace: str = "jdata", *,
             split_elements: int | None = None, **ray_init_kw) -> Service:
     """Joins a running service (``address=None``: the Ray this process already runs).
 
-    ``split_elements``: elements per split of the jobs this process starts (``None``:
-    measured). A named job is cut by its first client: the others adopt its splits.
+    ``split_elements``: elements per split of the jobs this process starts (``None``: the
+    service's, as ``service.start`` or ``jdata service start --split-elements`` set it,
+    else measured). A named job is cut by its first client: the others adopt its splits.
     """
     _check_split_elements(split_elements, "service.connect")
     ray = _ray.ray_module()
@@ -283,6 +274,7 @@ def connect(address: str | None = None, namespace: str = "jdata", *,
     except ValueError:
         raise RuntimeError(f"service.connect: no jdata dispatcher in namespace {namespace!r}; "
                            "start one with service.start()") from None
+    split_elements = split_elements or ray.get(handle.split_elements.remote())
     return Service(handle, ServiceRef(address, namespace, split_elements), owned=False)
 
 

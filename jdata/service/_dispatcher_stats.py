@@ -11,6 +11,7 @@ import threading
 import time
 
 from jdata.service import _policies
+from jdata.service._status import JobStatus, WorkerStatus
 
 # Rates in status() are over the samples of the last this many seconds.
 RATE_WINDOW_SEC = 10.0
@@ -67,16 +68,18 @@ class Stats:
     def client_seen(self, job_id: str, client_id: str, report) -> None:
         self.clients.add((job_id, client_id), dataclasses.asdict(report))
 
-    def worker_status(self, worker_id: str, state: str) -> dict:
+    def worker_status(self, worker_id: str, state: str) -> WorkerStatus:
+        if state in ("starting", "unreachable"):
+            return WorkerStatus(worker_id, None, None, state)
         latest = self.workers.latest(worker_id)
-        return {"worker_id": worker_id, "pid": latest.get("pid"),
-                "node_id": latest.get("node_id"), "state": state,
-                **{k: latest.get(k, 0) for k in ("tasks", "active", "elements", "bytes")},
-                "elements_per_sec": self.workers.rate(worker_id, "elements"),
-                "bytes_per_sec": self.workers.rate(worker_id, "bytes"),
-                "busy": self.workers.rate(worker_id, "busy_sec")}
+        return WorkerStatus(worker_id, latest.get("pid"), latest.get("node_id"), state,
+                            *(latest.get(k, 0) for k in ("tasks", "active", "elements",
+                                                         "bytes")),
+                            self.workers.rate(worker_id, "elements"),
+                            self.workers.rate(worker_id, "bytes"),
+                            self.workers.rate(worker_id, "busy_sec"))
 
-    def job_status(self, info, workers, coordinated: bool, conflicts: dict) -> dict:
+    def job_status(self, info, workers, coordinated: bool, conflicts: dict) -> JobStatus:
         """A job's summary, with its clients' recent rates (their heartbeats' reports)
         and, for a shared or coordinated job, its buffers on the workers. Losses and
         duplicates count every client the job had (and ``conflicts`` its restores')."""
@@ -91,7 +94,7 @@ class Stats:
         buffers = [self.workers.latest(w).get("windows", {}).get(info.job_id) for w in workers]
         windows = [w for w in buffers if w and "window_bytes" in w]
         reads, rounds = total("reads"), total("rounds")
-        return {**_policies.job_summary(info),
+        return JobStatus(**{**_policies.job_summary(info),
                 "elements": total("elements"), "buffered": total("buffered"),
                 "elements_per_sec": sum(recent.rate(key, "elements") for key in keys),
                 "bytes_per_sec": sum(recent.rate(key, "bytes") for key in keys),
@@ -106,4 +109,4 @@ class Stats:
                 "computed": sum(w["produced"] for w in windows),
                 "coordinated": coordinated or info.mode == "coordinated",
                 "rounds": rounds, "skipped_rounds": total("skipped_rounds"),
-                "round_wait_sec": total("round_wait_sec") / max(1, rounds)}
+                "round_wait_sec": total("round_wait_sec") / max(1, rounds)})

@@ -14,6 +14,7 @@ import time
 
 from jdata._constants import AUTOTUNE
 from jdata.service import autoscaler
+from jdata.service._status import AutoscalerStatus, ScalingDecision
 
 # A draining worker still holding units after this long is removed anyway.
 DRAIN_TIMEOUT_SEC = 30.0
@@ -133,13 +134,13 @@ class Scaling:
         with self._lock:
             self._draining.pop(worker_id, None)
 
-    def status(self) -> dict | None:
+    def status(self) -> AutoscalerStatus | None:
         with self._lock:
             scaler = self._scaler
             if scaler is None:
                 return None
             policy = scaler.policy
-            return {"target": self._target, "min_workers": policy.min_workers,
-                    "max_workers": policy.max_workers, "phase": policy.phase,
-                    "draining": list(self._draining), "decisions": list(scaler.history)}
+            return AutoscalerStatus(self._target, policy.min_workers, policy.max_workers,
+                                    policy.phase, list(self._draining),
+                                    [ScalingDecision(**d) for d in scaler.history])
 

@@ -33,6 +33,7 @@ from jdata.service._coordination import Coordination
 from jdata.service._membership import WORKER_PREFIX as WORKER_PREFIX
 from jdata.service._membership import Members
 from jdata.service._scaling import Scaling
+from jdata.service._status import AutocacheStatus, ProcessInfo, ServiceStatus
 
 NAME = "jdata-dispatcher"
 _PING_SEC = 0.5
@@ -46,7 +47,7 @@ class Dispatcher:
     def __init__(self, work_dir: str, namespace: str, num_workers: int, worker_cpus: float,
                  client_timeout: float, window_bytes: int | None = None,
                  max_workers: int | None = None, cache_dir: str | None = None,
-                 job_timeout: float | None = None):
+                 job_timeout: float | None = None, split_elements: int | None = None):
         os.makedirs(work_dir, exist_ok=True)
         path = os.path.join(work_dir, "journal.sqlite")
         self._ledger_lock = threading.RLock()  # guards _state and _journal
@@ -55,6 +56,7 @@ class Dispatcher:
         self._journal = journal_module.Journal(path)
         self._client_timeout = client_timeout
         self._job_timeout = job_timeout or JOB_TIMEOUT_SEC
+        self._split_elements = split_elements
         self._stats = _dispatcher_stats.Stats()
         self._conflicts: dict[str, collections.Counter] = {}  # by job: restores' conflicts
         # Clients waiting for units (a lease granted nothing while they had nothing to
@@ -229,6 +231,10 @@ class Dispatcher:
     def workers(self) -> list:
         return list(self._alive())
 
+    def split_elements(self) -> int | None:
+        """Elements per split of jobs whose clients give none (``service.start``'s)."""
+        return self._split_elements
+
     def slots(self, job_id: str, client_id: str) -> dict:
         """A shared job's slot placements (``slot -> worker``), unplaced ones placed now."""
         def handler(apply):
@@ -299,21 +305,18 @@ class Dispatcher:
         """Sets a fixed worker count (``Scaling.scale``; ``AUTOTUNE``: the autoscaler's)."""
         self._scaling.scale(num_workers)
 
-    def status(self) -> dict:
+    def status(self) -> ServiceStatus:
         import ray
 
         draining = self._scaling.draining()
         workers = []
         for worker_id, info in self._members.ping().items():
-            if info is None:
-                workers.append({"worker_id": worker_id, "pid": None, "node_id": None,
-                                "state": "unreachable"})
-                continue
-            self._stats.worker_seen(worker_id, info)
-            workers.append(self._stats.worker_status(
-                worker_id, "draining" if worker_id in draining else "running"))
-        workers += [{"worker_id": w, "pid": None, "node_id": None, "state": "starting"}
-                    for w in self._members.starting()]
+            if info is not None:
+                self._stats.worker_seen(worker_id, info)
+            workers.append(self._stats.worker_status(worker_id, "unreachable" if info is None
+                                                     else "draining" if worker_id in draining
+                                                     else "running"))
+        workers += [self._stats.worker_status(w, "starting") for w in self._members.starting()]
         alive = self._alive()
         self._stats.workers.keep(lambda key: key in alive)
         with self._ledger_lock:
@@ -323,11 +326,9 @@ class Dispatcher:
                                        self._conflicts.get(info.job_id, {}))
                 for info in infos]
         with self._caches_lock:
-            caches = self._caches.status()
-        return {"dispatcher": {"pid": os.getpid(),
-                               "node_id": ray.get_runtime_context().get_node_id()},
-                "workers": workers, "jobs": jobs, "autoscaler": self._scaling.status(),
-                "autocache": caches}
+            caches = [AutocacheStatus(**entry) for entry in self._caches.status()]
+        return ServiceStatus(ProcessInfo(os.getpid(), ray.get_runtime_context().get_node_id()),
+                             workers, jobs, self._scaling.status(), caches)
 
     def stop(self) -> None:
         """Stops the monitor and every worker (the actor itself is killed by the caller)."""
