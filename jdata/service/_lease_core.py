@@ -186,10 +186,16 @@ class LeaseCore:
         self.finished, self.workers, self.drained = finished, workers, drained or finished
         self.to_report = []
         self.starved = granted == 0
-        for unit in give_back:
+        self.give_back(give_back)
+
+    def give_back(self, units) -> None:
+        """Units go back at what this consumer yielded (another client of an ``off`` job
+        has fewer slots than its share): it keeps its part, drops its buffer, and the
+        next lease tells the dispatcher."""
+        for unit in units:
             if unit in self.held:
                 self.to_return.append((unit, self.held[unit].yielded))
-        self.handed(give_back)
+        self.handed(units)
 
     def retry(self) -> None:
         """After a wait: ask again."""

@@ -52,7 +52,8 @@ class LeaseReader:
         self._resume: Position | None = None
         self._committed = Position()  # where a death rolls back to (named jobs)
         self._units: int | None = None
-        self._split_elements = dnode.service.split_elements
+        # Slots are whole streams: an off job has no split size, whatever the service's.
+        self._split_elements = None if self._mode is Mode.OFF else dnode.service.split_elements
         self._split_plan = None
         self._waited = 0.0
         self._waiting_on = 0
@@ -138,6 +139,12 @@ class LeaseReader:
                 activity.leave()
 
     def _next_many(self, n: int) -> list:
+        if self.session.give_back:  # a heartbeat asked: slots above this client's share
+            units, self.session.give_back = self.session.give_back, ()
+            for unit in units:
+                self._reads.stop(unit)
+            self.core.give_back(units)
+            self._lease()  # tells the dispatcher, at once
         while True:
             action, unit = self.core.step()
             if action is Action.YIELD:
@@ -310,7 +317,8 @@ class LeaseReader:
         if epoch is not None and self._dnode.job_name is not None:
             self._epoch = epoch
         self._lineage, self._units = lineage, units
-        self._split_elements = elements if elements is not None else self._split_elements
+        if units is not None:  # the state's cut is the job's (None for slots and files)
+            self._split_elements = elements
         if lineage is not None:
             self._resume = self._committed = position
             self.core.restore(position)

@@ -173,6 +173,7 @@ class HeartbeatReply:
 
     standing: Standing
     hand_off: bool = False
+    give_back: tuple[int, ...] = ()  # off slots above its share (another client has fewer)
 
 
 @dataclasses.dataclass(frozen=True)

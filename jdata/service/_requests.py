@@ -122,10 +122,13 @@ def return_units(state, request: Release, apply) -> Standing:
 def heartbeat(state, job_id: str, client_id: str, apply, *, now: float, idle_sec: float,
               peers_waiting: bool) -> HeartbeatReply:
     """A client lives. It hands its units off if it is idle past ``HANDOFF_IDLE_SEC``
-    while another client of the job waits (``peers_waiting``)."""
+    while another client of the job waits (``peers_waiting``), and gives back the ``off``
+    slots above its share (an active client may not lease again for long: it hears it
+    here)."""
     where = standing(state, job_id, client_id)
     if where is not Standing.OK:
         return HeartbeatReply(where)
     apply(ClientSeen(job_id=job_id, client_id=client_id, time=now))
     holds = bool(state.leases_of(job_id, client_id))
-    return HeartbeatReply(where, holds and peers_waiting and idle_sec >= HANDOFF_IDLE_SEC)
+    return HeartbeatReply(where, holds and peers_waiting and idle_sec >= HANDOFF_IDLE_SEC,
+                          _policies.rebalance(state, job_id, client_id))

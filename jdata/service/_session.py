@@ -80,6 +80,9 @@ class Session:
         # The client's units are its own until this (monotonic): half a client timeout
         # after a call that the dispatcher answered as from a live client was sent.
         self.valid_until = 0.0
+        # Slots the dispatcher asked back through a heartbeat (the reader gives them at
+        # its next step: the heartbeat's thread leaves the reader's state alone).
+        self.give_back: tuple[int, ...] = ()
 
     def confirmed(self, sent: float) -> None:
         """A call sent at ``sent`` found this client alive on the dispatcher."""
@@ -165,6 +168,7 @@ def _heartbeat(session: Session, period: float, tuner, hand_off) -> None:
                               dataclasses.replace(report))
         if reply is not None and reply.standing == "ok":
             session.confirmed(sent)
+            session.give_back = reply.give_back
         if reply is not None and reply.hand_off and hand_off is not None:
             method = hand_off()
             if method is not None:  # else the reader is collected: its close releases

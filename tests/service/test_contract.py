@@ -291,22 +291,29 @@ def test_crafted_off_states_are_refused_not_hung_on(svc, state, match):
 
 
 def test_shared_and_coordinated_streams_depend_on_the_keys_not_on_the_workers(svc):
-    """Streams mixed in random worker ids: the same program read another stream each run."""
+    """Streams mixed in random worker ids: the same program read another stream on every
+    service. A slot's stream is the keys' (slot 0's the local one), whichever worker runs it
+    and however rounds or reads interleave."""
     above = trainer.pipeline({"n": 10**6}).repeat()
-    runs = []
-    for name in ("shared-1", "shared-2"):
-        it = above.distribute(svc, job_name=name, sharing=True).iterator()
-        runs.append([int(next(it)) for _ in range(64)])
-        it.close()
-    assert runs[0] == runs[1]
-    rounds = []
-    for name in ("rounds-1", "rounds-2"):
-        its = [above.distribute(svc, job_name=name, num_consumers=2,
+    local = [int(x) for x in _first(above.iterator(), 64)]
+    it = above.distribute(svc, job_name="shared-keys", sharing=True).iterator()
+    shared = _first(it, 64)  # one element from each of the 2 slots in turn
+    it.close()
+    assert shared[0::2] == local[:32] and shared[1::2] != local[:32]
+    svc.scale(1)  # one slot: rounds skipped under load keep its groups' order
+    try:
+        its = [above.distribute(svc, job_name="rounds-keys", num_consumers=2,
                                 consumer_index=i).iterator() for i in range(2)]
-        rounds.append([[int(next(it)) for it in its] for _ in range(16)])
+        rounds = [[int(next(it)) for it in its] for _ in range(16)]
         for it in its:
             it.close()
-    assert rounds[0] == rounds[1]
+    finally:
+        svc.scale(2)
+    assert [r[0] for r in rounds] == local[0:32:2] and [r[1] for r in rounds] == local[1:32:2]
+
+
+def _first(it, n):
+    return [int(next(it)) for _ in range(n)]
 
 
 def test_two_iterators_of_one_dataset_with_a_job_name_share_its_epoch(svc):
@@ -338,3 +345,37 @@ def test_the_local_stream_through_a_named_job_of_one_client(svc):
     above = trainer.pipeline({"n": 300})
     assert [int(x) for x in above.distribute(svc, job_name="alone")] == \
         [int(x) for x in _local(above)]
+
+
+def test_a_named_off_job_restores_on_a_service_with_a_split_size(svc):
+    """Found by the chaos run: an off job's state has no split size, and its restore
+    kept the service's (10 here): 'cut into 2 units of None elements; the state was taken
+    from 2 of 10'."""
+    above = jdata.range(100).random_map(_slow_tag, jax.random.key(5))
+    expected = sorted(int(x) for x in above.distribute(svc, processing_mode="off"))
+    ds = above.distribute(svc, processing_mode="off", job_name="off-restore")
+    it = ds.iterator()
+    head = [int(next(it)) for _ in range(5)]
+    state = json.loads(json.dumps(it.get_state()))
+    it.close()
+    assert sorted(head + [int(x) for x in ds.iterator(state)]) == expected
+
+
+def test_two_processes_of_a_named_off_job_share_its_slots(svc, tmp_path):
+    """Found by the chaos run: the first trainer leased every slot and, reading on, never
+    asked again, so the second read nothing all epoch. The heartbeat asks slots back."""
+    gate = tmp_path / "gate"
+    specs = [_spec(svc, tmp_path, f"off{i}", job_name="off-pair", mode="off", pace=0.01,
+                   gate=str(gate), timestamps=True) for i in range(2)]
+    processes = [_start(spec) for spec in specs]
+
+    def ready(spec):
+        path = spec["log"] + ".t"
+        return os.path.exists(path) and "READY" in open(path).read()
+    _wait_for(lambda: all(map(ready, specs)), 120, "both trainers connected")
+    gate.touch()  # both take their iterators now: the same epoch
+    for process, spec in zip(processes, specs):
+        assert process.wait(timeout=240) == 0, _lines(spec)[-3:]
+    kept = [trainer.kept(spec["log"]) for spec in specs]
+    assert all(len(k) >= 100 for k in kept), [len(k) for k in kept]  # both read a slot's share
+    assert sorted(x // 1000 for x in kept[0] + kept[1]) == sorted(list(range(300)) * 2)
