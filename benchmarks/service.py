@@ -78,19 +78,20 @@ class Cluster:
         self._journals = tempfile.TemporaryDirectory(prefix="jdata-bench-service-")
 
     def service(self, num_workers: int, measured_splits: bool = False):
-        """The service of ``num_workers`` workers (up), with splits of SPLIT_ELEMENTS; with
-        ``measured_splits`` the same workers, splits sized by the client (the default)."""
+        """The service of ``num_workers`` workers (up), its clients' splits of
+        SPLIT_ELEMENTS; with ``measured_splits`` the same workers, splits sized by the
+        client (the service has no split size of its own)."""
         from jdata import service
 
         svc = self._services.get(num_workers)
         if svc is None:
             svc = service.start(num_workers=num_workers, worker_cpus=WORKER_CPUS,
-                                split_elements=SPLIT_ELEMENTS,
                                 namespace=f"{_NAMESPACE}-{num_workers}",
                                 work_dir=os.path.join(self._journals.name, str(num_workers)))
             self._services[num_workers] = svc
             self.wait_idle(svc)
-        return service.connect(namespace=svc.ref.namespace) if measured_splits else svc
+        return service.connect(namespace=svc.ref.namespace,
+                               split_elements=None if measured_splits else SPLIT_ELEMENTS)
 
     def wait_idle(self, svc, timeout_sec: float = 120.0) -> None:
         """Until every worker answers and runs no read (a closed iterator's reads end at

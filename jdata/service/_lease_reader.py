@@ -31,7 +31,8 @@ from jdata.service.worker import ReadSpec
 
 READS_PER_WORKER = 2  # one being consumed, one producing ahead
 # While nothing can be read (workers being replaced, other clients holding the last
-# units), ask again after this long, growing to the second.
+# units), ask again after this long, doubling to at most the second (a pod's clients
+# waiting at an epoch's end must not flood the dispatcher).
 _WAIT_SEC, _WAIT_MAX_SEC = 0.02, 0.5
 # With no worker at all for this long, the iterator gives up (ServiceError).
 _NO_WORKER_SEC = 120.0
@@ -55,7 +56,8 @@ class LeaseReader:
         # Slots are whole streams: an off job has no split size, whatever the service's.
         self._split_elements = None if self._mode is Mode.OFF else dnode.service.split_elements
         self._split_plan = None
-        self._waited = 0.0
+        self._backoff = _WAIT_SEC
+        self._no_worker_since: float | None = None
         self._waiting_on = 0
         self._ended = False
         self.session = None
@@ -197,8 +199,10 @@ class LeaseReader:
             self._reads.stop(unit)
         self.stats.parallelism = reply.workers
         self.session.report.capacity = core.capacity * (self._split_elements or 1)
-        if reply.grants or reply.waiting_on or reply.workers:
-            self._waited = 0.0
+        if reply.grants:
+            self._backoff = _WAIT_SEC
+        if reply.workers:
+            self._no_worker_since = None
         self._waiting_on = reply.waiting_on
 
     def _spec(self, unit: int, skip: int, checked: bool) -> tuple[str, ReadSpec]:
@@ -218,12 +222,14 @@ class LeaseReader:
             self.core.retry()
             return
         if self.stats.parallelism == 0:
-            self._waited += _WAIT_SEC
-            if self._waited > _NO_WORKER_SEC:
+            now = time.monotonic()
+            self._no_worker_since = self._no_worker_since or now
+            if now - self._no_worker_since > _NO_WORKER_SEC:
                 raise ServiceError(f"distribute: no worker for {_NO_WORKER_SEC:.0f} s: the "
                                    "service has no worker that can run this job (see "
                                    "service.status())")
-        time.sleep(min(_WAIT_MAX_SEC, _WAIT_SEC * (1 + self._waited * 10)))
+        time.sleep(self._backoff)
+        self._backoff = min(_WAIT_MAX_SEC, 2 * self._backoff)
         self.core.retry()
 
     def _rejoin(self, standing: Standing) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import math
 
 # The driver's interval: a sample is this long, once the worker count has been steady
@@ -49,10 +50,20 @@ class Sample:
     queue_fill: float = 0.0  # the consumers' buffered elements over their capacity, 0..1
 
 
+class Phase(enum.StrEnum):
+    """Where the policy is (equal to its name: ``Phase.UP == "up"``)."""
+
+    ESTIMATE = "estimate"
+    UP = "up"
+    DOWN = "down"
+    CONVERGING = "converging"
+    CONVERGED = "converged"
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
     workers: int
-    phase: str  # "estimate", "up", "down", "converged"
+    phase: Phase
     reason: str
 
 
@@ -66,7 +77,7 @@ class Policy:
         if max_step < 1:
             raise ValueError(f"autoscaler: max_step={max_step} must be >= 1")
         self.min_workers, self.max_workers, self.max_step = min_workers, max_workers, max_step
-        self.phase = "estimate"
+        self.phase = Phase.ESTIMATE
         self._base: Sample | None = None  # the sample the current probe is compared with
         self._asked = 0  # the count the last decision asked for
         self._steady: Sample | None = None  # the converged state
@@ -76,7 +87,7 @@ class Policy:
         if sample.workers < 1 or not sample.batch_sec > 0:
             return Decision(max(sample.workers, self.min_workers), self.phase,
                             "no measurement yet (no worker, or nothing consumed)")
-        return getattr(self, f"_{self.phase}")(sample)
+        return getattr(self, f"_{self.phase.value}")(sample)
 
     # ------------------------------------------------------------ phases
 
@@ -87,7 +98,7 @@ class Policy:
                    f"worker needs {need}")
         else:
             need, why = s.workers, "estimate: no rates yet; probing from here"
-        self.phase, self._base = "up", None
+        self.phase, self._base = Phase.UP, None
         return self._to(s.workers, need, why)
 
     def _up(self, s: Sample) -> Decision:
@@ -109,13 +120,13 @@ class Policy:
                             f"{s.workers} workers cut the batch time {gain:.0%} "
                             f"(> {UP_GAIN:.0%}): one more")
         back = self._base
-        self.phase, self._base = "down", None
+        self.phase, self._base = Phase.DOWN, None
         return self._to(s.workers, back.workers,
                         f"{s.workers} workers cut the batch time only {gain:.0%} "
                         f"(<= {UP_GAIN:.0%}): back to {back.workers}, then down")
 
     def _start_down(self, s: Sample, why: str) -> Decision:
-        self.phase, self._base = "down", None
+        self.phase, self._base = Phase.DOWN, None
         return self._down(s, why)
 
     def _down(self, s: Sample, why: str = "") -> Decision:
@@ -135,7 +146,7 @@ class Policy:
                             f"{s.workers} workers cost {max(loss, 0):.0%} (< {DOWN_LOSS:.0%}): "
                             "one fewer")
         back = self._base
-        self.phase, self._base = "converging", back
+        self.phase, self._base = Phase.CONVERGING, back
         return self._to(s.workers, back.workers,
                         f"{s.workers} workers cost {loss:.0%} (>= {DOWN_LOSS:.0%}): back to "
                         f"{back.workers}")
@@ -146,15 +157,15 @@ class Policy:
         return self._converge(s, "converged")
 
     def _converge(self, s: Sample, why: str) -> Decision:
-        self.phase, self._steady, self._base = "converged", s, None
-        return Decision(s.workers, "converged", f"{why}: {s.workers} workers, batch time "
+        self.phase, self._steady, self._base = Phase.CONVERGED, s, None
+        return Decision(s.workers, Phase.CONVERGED, f"{why}: {s.workers} workers, batch time "
                                                 f"{s.batch_sec * 1e3:.2f} ms")
 
     def _converged(self, s: Sample) -> Decision:
         why = self._retrigger(s)
         if why is None:
-            return Decision(s.workers, "converged", "steady")
-        self.phase = "estimate"
+            return Decision(s.workers, Phase.CONVERGED, "steady")
+        self.phase = Phase.ESTIMATE
         decision = self._estimate(s)
         return dataclasses.replace(decision, reason=f"re-triggered: {why}; {decision.reason}")
 
