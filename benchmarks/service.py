@@ -228,9 +228,11 @@ def overhead(cluster: Cluster, counts=(1, 2), rounds: int = 3, warmup_sec: float
 
 
 def report(scale: float = 1.0, rounds: int = 3, counts=WORKER_COUNTS, warmup_sec: float = 1.5,
-           measure_sec: float = 3.0, sleep_sec: float = SLEEP_SEC) -> dict:
+           measure_sec: float = 3.0, sleep_sec: float = SLEEP_SEC,
+           node_removal: bool = True) -> dict:
     """Runs the five parts (``scale`` sizes the failure epochs and the lease count;
-    ``sleep_sec`` is the scale-out UDF's delay); prints and returns every figure."""
+    ``sleep_sec`` is the scale-out UDF's delay; ``node_removal=False`` leaves out the
+    3-node cluster's run); prints and returns every figure."""
     print(f"== service: jdata.service on a local Ray; steady rates after {warmup_sec:g} s, "
           f"{measure_sec:g} s measured, medians of {rounds} interleaved rounds", flush=True)
     began = time.perf_counter()
@@ -250,8 +252,8 @@ def report(scale: float = 1.0, rounds: int = 3, counts=WORKER_COUNTS, warmup_sec
         # Last: the kills leave this service with a replaced worker and a restarted dispatcher.
         part("failure", service_failure.report(cluster, cluster.service(2), scale),
              lambda figures: None)
-    # A cluster of its own, once the local Ray is down.
-    part("node_removal", service_failure.node_removal(scale), lambda figures: None)
+    if node_removal:  # a cluster of its own, once the local Ray is down
+        part("node_removal", service_failure.node_removal(scale), lambda figures: None)
     part("dispatch", service_dispatch.report(leases=max(1000, int(20_000 * scale)),
                                              num_splits=10**5), lambda figures: None)
     return result

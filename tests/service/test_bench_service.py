@@ -14,8 +14,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:os.fork:Runti
 def result():
     ray = _ray.ray_module()
     assert not ray.is_initialized(), "another test left a Ray running"
+    # The node removal's 3-node cluster is left out: tests/service/test_multinode.py and
+    # the chaos run (benchmarks/service_chaos.py) remove nodes.
     out = service.report(scale=0.05, rounds=1, counts=(1, 2), warmup_sec=0.05, measure_sec=0.2,
-                         sleep_sec=0.002)
+                         sleep_sec=0.002, node_removal=False)
     assert not ray.is_initialized()  # the benchmark stopped the Ray it started
     return out
 
@@ -49,12 +51,6 @@ def test_both_kills_deliver_every_element_once_in_the_local_order(result):
         assert 0 <= run["next_element_s"] <= run["stall_s"] < 60
     assert 0 < worker["replacement_up_s"] < 60  # the dispatcher replaced the killed worker
     assert 0 < dispatcher["dispatcher_back_s"] < 60  # and Ray restarted the dispatcher
-
-
-def test_a_removed_node_delivers_every_element_once_in_the_local_order(result):
-    run = result["node_removal"]
-    assert run["elements"] == 500 and run["exactly_once"] and run["same_order"]
-    assert 0 <= run["next_element_s"] <= run["stall_s"] < 60
 
 
 def test_sharing_gives_each_jobs_rate_and_the_workers_cpu():
