@@ -862,12 +862,18 @@ def test_a_restore_supersedes_its_lineages_live_client():
 # ------------------------------------------------------------ the end of an epoch
 
 
-def test_the_epoch_is_not_over_while_another_client_could_roll_back_what_it_did():
+def _each_of_two_clients_did_a_unit():
+    """Two clients, c and d, each did one of the epoch's two units (0 and 1), uncommitted."""
     s = _state(num_units=2, clients=("c", "d"))
     _grant(s, "c", count=1)
     _grant(s, "d", count=1)
     s.apply(S.UnitsDone("j", "c", (0,)))
     s.apply(S.UnitsDone("j", "d", (1,)))
+    return s
+
+
+def test_the_epoch_is_not_over_while_another_client_could_roll_back_what_it_did():
+    s = _each_of_two_clients_did_a_unit()
     assert s.ledger("j").units.finished()  # every unit done, but either may die
     assert [s.finished("j", c) for c in (None, "c", "d")] == [False, False, False]
     s.apply(S.Committed("j", "c", P(((0, 1),))))  # COMMIT at the end: c's unit is safe
@@ -877,11 +883,7 @@ def test_the_epoch_is_not_over_while_another_client_could_roll_back_what_it_did(
 
 
 def test_a_death_before_the_end_commit_reopens_its_unit_and_the_epoch():
-    s = _state(num_units=2, clients=("c", "d"))
-    _grant(s, "c", count=1)
-    _grant(s, "d", count=1)
-    s.apply(S.UnitsDone("j", "c", (0,)))
-    s.apply(S.UnitsDone("j", "d", (1,)))
+    s = _each_of_two_clients_did_a_unit()
     s.apply(S.Committed("j", "c", P(((0, 1),))))
     s.apply(S.ClientExpired("j", "d"))
     assert not s.finished("j", "c") and s.free_units("j", 2) == [1]
