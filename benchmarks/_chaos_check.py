@@ -16,11 +16,20 @@ checkpoint) exactly once across the job's trainers. The rules, per mode:
 - off, with S slots: the kept values are the reference multiset (each slot's stream once,
   read without faults: a slot is a pure function of the keys, the epoch and its index),
   each index ``value // 1000`` appears S times, slot 0's values (the local stream) are all
-  there, and the ``X`` of the bad element is kept S times (once per slot).
+  there, and the ``X`` of the bad element is kept S times (once per slot);
+- shared, with S slots: each trainer reads each slot's stream whole ("each reads the whole
+  stream"): its kept values are a part of the reference (each slot's stream once, read
+  without faults), none twice, and what the trainers miss together is at most what the
+  service counted lost (``JobStatus.lost``: skips behind a window are allowed, counted);
+- coordinated (two consumers, a repeated pipeline without shuffle): a consumer keeps each
+  round once at most, its own element of the round's group (``CONSUMERS`` consecutive
+  elements of a slot's stream), and both consumers of a round read one group (lock-step);
+  rounds a consumer missed while dead are allowed (the table: "gone, counted skipped").
 
 Every trainer's last incarnation must end (``END``); a ``FAIL`` is allowed only as a
-``ServiceError`` of a named job's trainer that was paused past the client timeout (one per
-pause: others may have taken its splits meanwhile; an anonymous job's trainer resumes).
+``ServiceError`` of a named dynamic, static or off job's trainer that was paused past the
+client timeout (one per pause: others may have taken its splits meanwhile; an anonymous
+job's trainer resumes, and so do shared and coordinated ones).
 """
 
 from __future__ import annotations
@@ -34,7 +43,9 @@ import random
 
 from tests.service import trainer as trainer_module
 
-MODES = ("dynamic", "static", "off")
+LEASED = ("dynamic", "static", "off")  # the modes whose trainers keep each element once
+MODES = LEASED + ("shared", "coordinated")
+CONSUMERS = 2  # a coordinated job's, one per trainer
 TIMED = ("worker_kill", "dispatcher_kill", "trainer_kill", "trainer_pause", "rescale_restore")
 KINDS = TIMED[:2] + ("node_removal",) + TIMED[2:] + ("two_clients", "bad_element")
 CLIENT_TIMEOUT_SEC = 2.0  # the service's, in the chaos run: a killed client's splits return
@@ -42,13 +53,16 @@ _NODE_SHARE, _NAMED_SHARE, _BAD_SHARE = 0.15, 0.4, 0.3  # of the schedules
 _SHOWN = 20  # elements named per violation; the counts say how many in all
 
 
-def draw(seed: int, kinds=KINDS, quick: bool = False) -> dict:
-    """Schedule ``seed`` (a pure function of it): the job, the pipeline and the faults."""
+def draw(seed: int, kinds=KINDS, quick: bool = False, modes=LEASED) -> dict:
+    """Schedule ``seed`` (a pure function of it and ``modes``): the job, the pipeline and
+    the faults."""
     rng = random.Random(seed)
     nodes = "node_removal" in kinds and rng.random() < _NODE_SHARE
     workers = 2 if nodes else rng.choice((2, 3))
-    mode, named = rng.choice(MODES), "two_clients" in kinds and rng.random() < _NAMED_SHARE
+    mode, named = rng.choice(modes), "two_clients" in kinds and rng.random() < _NAMED_SHARE
+    named = named or mode == "coordinated"  # its consumers are two trainers
     n = rng.randrange(200, 401)
+    n -= n % 2 if mode == "coordinated" else 0  # even: a round's group never spans the repeat
     timed = [k for k in TIMED if k in kinds]
     faults = [_draw_fault(rng, rng.choice(timed), workers)
               for _ in range(rng.randint(1, 2 if quick else 3) if timed else 0)]
@@ -57,7 +71,8 @@ def draw(seed: int, kinds=KINDS, quick: bool = False) -> dict:
     for fault, at in zip(faults, sorted(rng.uniform(0.1, 0.6) for _ in faults)):
         fault["at"] = round(at, 3)
     bad = rng.randrange(n) if "bad_element" in kinds and rng.random() < _BAD_SHARE else None
-    per_trainer = n * (workers if mode == "off" else 1) / (2 if named else 1)
+    per_trainer = {"off": n * workers / (2 if named else 1), "shared": n * workers,
+                   "coordinated": n}.get(mode, n / (2 if named else 1))
     epoch_sec = rng.uniform(3.0, 4.5) if quick else rng.uniform(5.0, 9.0)
     return {"seed": seed, "phase": "nodes" if nodes else "local", "mode": mode,
             "named": named, "workers": workers, "n": n, "bad": bad, "faults": faults,
@@ -78,6 +93,21 @@ def _draw_fault(rng: random.Random, kind: str, workers: int) -> dict:
     return fault
 
 
+def trainers(schedule: dict) -> int:
+    """How many trainers a schedule runs: two for a named job (a coordinated job's two
+    consumers), else one."""
+    return 2 if schedule["named"] else 1
+
+
+def elements(schedule: dict) -> int:
+    """The elements (with errors) a schedule's trainers read in all, without a fault: an
+    off job's and a shared job's trainers read each slot's stream (a shared job's each
+    whole), a coordinated consumer ``n`` elements."""
+    n, workers = schedule["n"], schedule["workers"]
+    return {"off": n * workers, "shared": n * workers * trainers(schedule),
+            "coordinated": n * CONSUMERS}.get(schedule["mode"], n)
+
+
 def kinds_of(schedule: dict) -> list[str]:
     """The fault kinds a schedule holds (a named job is the "two clients" one)."""
     kinds = {f["kind"] for f in schedule["faults"]}
@@ -90,13 +120,16 @@ def kinds_of(schedule: dict) -> list[str]:
 class Expected:
     """What a schedule's job must keep: the values (sorted, as a multiset), the number of
     kept ``X`` lines, the local order (one anonymous dynamic/static trainer) or ``None``,
-    and for ``off`` the slots and the local stream (slot 0)."""
+    and for ``off`` the slots and the local stream (slot 0); for ``shared``, ``values`` and
+    ``errors`` are each trainer's (each slot's stream once), and ``counted`` is what the
+    service counted lost (set once the schedule ended)."""
 
     values: tuple
     errors: int
     order: tuple | None = None
     slots: int = 1
     local: tuple = ()
+    counted: int = 0
 
 
 def read_lines(path: str) -> list[str]:
@@ -120,34 +153,39 @@ def expectation(schedule: dict, off_values: list | None = None) -> Expected:
     local = local_values(schedule["n"], schedule["seed"])
     kept = tuple(v for v in local if v // 1000 != schedule["bad"])
     errors = int(schedule["bad"] is not None)
+    slots = schedule["workers"]
+    if schedule["mode"] == "shared":
+        return Expected(tuple(sorted(off_values)), errors * slots, None, slots)
     if schedule["mode"] != "off":
         return Expected(tuple(sorted(kept)), errors, None if schedule["named"] else kept)
-    slots = schedule["workers"]
     return Expected(tuple(sorted(off_values)), errors * slots, None, slots, kept)
 
 
-def kept_events(path: str) -> list[tuple[str, object]]:
+def kept_events(path: str, rounds: bool = False) -> list[tuple]:
     """A trainer's kept history with its errors: ``("E", value)`` and ``("X", message)``,
-    by ``trainer.kept``'s rule (a killed incarnation keeps up to its last checkpoint).
+    by ``trainer.kept``'s rule (a killed incarnation keeps up to its last checkpoint);
+    ``rounds``: ``(kind, value, round)``, the round of a coordinated consumer's ``G`` line.
     Raises ``AssertionError`` where its elements are not ``trainer.kept(path)``."""
     lines = read_lines(path)
-    kept: list[tuple[str, object]] = []
+    kept: list[tuple] = []
     checkpoints: dict[int, int] = {}  # count -> len(kept) then
-    incarnation_start, base = 0, 0
+    incarnation_start, base, at = 0, 0, None
     for line in lines:
         kind, _, rest = line.partition(" ")
         if kind == "R":
             count = int(rest)
             kept = kept[:checkpoints[count]] if count else []
             incarnation_start, base = len(kept), count
+        elif kind == "G":
+            at = int(rest)
         elif kind in ("E", "X"):
-            kept.append((kind, int(rest) if kind == "E" else rest))
+            kept.append((kind, int(rest) if kind == "E" else rest) + ((at,) if rounds else ()))
         elif kind == "C":
             checkpoints[int(rest)] = len(kept)
     if not (lines and lines[-1] == "END"):
         last = max((c for c in checkpoints if c >= base), default=None)
         kept = kept[:checkpoints[last]] if last is not None else kept[:incarnation_start]
-    elements = [v for k, v in kept if k == "E"]
+    elements = [event[1] for event in kept if event[0] == "E"]
     assert elements == trainer_module.kept(path), f"{path}: kept_events disagrees with kept"
     return kept
 
@@ -159,6 +197,20 @@ def check(schedule: dict, logs: list[str], expected: Expected) -> list[dict]:
     ``faults`` (each with its ``kind`` and, for trainer faults, the ``victim`` index);
     ``logs`` are its trainers' log paths, in trainer order."""
     found = _exits(schedule, logs)
+    if schedule["mode"] == "shared":
+        found += _shared(logs, expected)
+    elif schedule["mode"] == "coordinated":
+        found += _rounds(logs, schedule["bad"])
+    else:
+        found += _leased(schedule, logs, expected)
+    names = {k: schedule[k] for k in ("seed", "mode", "named")}
+    faults = [f["kind"] for f in schedule["faults"]]
+    return [{**names, "faults": faults, **v} for v in found]
+
+
+def _leased(schedule: dict, logs: list[str], expected: Expected) -> list[dict]:
+    """dynamic, static, off: each element kept once across the trainers."""
+    found = []
     histories = [kept_events(path) for path in logs]
     values = [v for h in histories for k, v in h if k == "E"]
     errors = sum(k == "X" for h in histories for k, _ in h)
@@ -172,9 +224,54 @@ def check(schedule: dict, logs: list[str], expected: Expected) -> list[dict]:
         found.append({"check": "order", "detail": f"not the local order from position {at}"})
     if schedule["mode"] == "off":
         found += _off_slots(values, expected)
-    names = {k: schedule[k] for k in ("seed", "mode", "named")}
-    faults = [f["kind"] for f in schedule["faults"]]
-    return [{**names, "faults": faults, **v} for v in found]
+    return found
+
+
+def _shared(logs: list[str], expected: Expected) -> list[dict]:
+    """shared: each trainer keeps each slot's stream at most once (nothing twice, nothing
+    foreign), and what all of them miss is at most what the service counted lost."""
+    found, missing = [], 0
+    for i, path in enumerate(logs):
+        history = kept_events(path)
+        values = [v for k, v in history if k == "E"]
+        errors = sum(k == "X" for k, _ in history)
+        have, need = collections.Counter(values), collections.Counter(expected.values)
+        extra = have - need
+        if extra or errors > expected.errors:
+            found.append({"check": f"trainer {i}'s stream", "missing": [],
+                          "duplicated": sorted(extra.elements())[:_SHOWN],
+                          "detail": f"{sum(extra.values())} duplicated or foreign; {errors} "
+                                    f"ElementErrors of {expected.errors}"})
+        missing += sum((need - have).values()) + max(0, expected.errors - errors)
+    if missing > expected.counted:
+        found.append({"check": "counted", "detail": f"{missing} elements missing, "
+                      f"{expected.counted} counted lost by the service"})
+    return found
+
+
+def _rounds(logs: list[str], bad: int | None) -> list[dict]:
+    """coordinated: each consumer reads each round once at most, its own element of the
+    round's group (index ``i`` of ``CONSUMERS`` consecutive elements), and the consumers
+    that read a round read one group (lock-step); the bad element's error in its place."""
+    found, groups = [], collections.defaultdict(dict)  # round -> consumer -> group
+    for i, path in enumerate(logs):
+        history = kept_events(path, rounds=True)
+        seen = [r for _, _, r in history]
+        if seen != sorted(set(seen)):
+            found.append({"check": f"consumer {i}'s rounds", "detail": "a round read twice "
+                          f"or out of order: {seen[:_SHOWN]}"})
+        for kind, value, r in history:
+            index = bad if kind == "X" else value // 1000
+            if index is None or index % CONSUMERS != i:
+                found.append({"check": f"consumer {i}'s element", "detail": f"round {r}: "
+                              f"{kind} {value!r} is not consumer {i}'s of a group"})
+                break
+            groups[r][i] = index // CONSUMERS
+    split = {r: g for r, g in groups.items() if len(set(g.values())) > 1}
+    if split:
+        found.append({"check": "lock-step", "detail": f"{len(split)} rounds read from "
+                      f"different groups, as {sorted(split.items())[:5]}"})
+    return found
 
 
 def _exits(schedule: dict, logs: list[str]) -> list[dict]:
@@ -182,8 +279,9 @@ def _exits(schedule: dict, logs: list[str]) -> list[dict]:
     found = []
     for i, path in enumerate(logs):
         lines = read_lines(path)
-        # An anonymous job's splits are nobody else's: a paused trainer of one resumes.
-        pauses = schedule["named"] * sum(f["kind"] == "trainer_pause" and f.get("victim") == i
+        # An anonymous job's splits are nobody else's: a paused trainer of one resumes;
+        # so do a shared job's and a coordinated one's (at their positions, their round).
+        pauses = (schedule["named"] and schedule["mode"] in LEASED) * sum(f["kind"] == "trainer_pause" and f.get("victim") == i
                                          for f in schedule["faults"])
         fails = [line for line in lines if line.startswith("FAIL ")]
         if not lines or lines[-1] != "END":

@@ -2,10 +2,11 @@
 
 ``python -m benchmarks.service_chaos --schedules 200 --seed 0 [--quick] [--out report.json]``
 
-Schedule ``i`` is drawn from ``random.Random(seed + i)`` (``draw``): a processing mode
-(dynamic, static, off with 2 or 3 slots), a job that is named (two trainers) or anonymous
-(one), a small pipeline (``tests.service.trainer.pipeline``, 200 to 400 elements, 10 to 20
-per split, sometimes an element Ray cannot pickle) and 1 to 3 faults of docs/service.md's
+Schedule ``i`` is drawn from ``random.Random(seed + i)`` (``draw``): a mode (dynamic,
+static, off with 2 or 3 slots by default; shared and coordinated with ``--modes``), a job that is named
+(two trainers; a coordinated job's two consumers) or anonymous (one; a shared job's one
+trainer under a name), a small pipeline (``tests.service.trainer.pipeline``, 200 to 400
+elements, 10 to 20 per split, sometimes an element Ray cannot pickle) and 1 to 3 faults of docs/service.md's
 table ("When things fail: the contract"), each struck when the trainers' logs show a drawn
 share of the epoch read: a worker SIGKILLed, the dispatcher SIGKILLed, a worker's node
 removed (those schedules run on a 3-node cluster of their own), a trainer SIGKILLed and
@@ -25,6 +26,7 @@ trainer that got nothing). ``--quick``: a few short schedules, no node removal.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -108,6 +110,11 @@ def _wait(condition, trainers, deadline: float, what: str):
         time.sleep(_POLL_SEC)
 
 
+def _has_name(schedule: dict) -> bool:
+    """Whether the schedule's job has a name (shared and coordinated jobs always do)."""
+    return schedule["named"] or schedule["mode"] in ("shared", "coordinated")
+
+
 def _progress(trainers) -> int:
     return sum(line[:2] in ("E ", "X ") for t in trainers for line in t.lines())
 
@@ -126,7 +133,7 @@ def _expired(svc, schedule: dict, trainers, victim: int, before: set) -> bool:
     """The service counts the paused trainer as gone (its job's clients fell)."""
     jobs = svc.status().jobs
     others = sum(t.running() for i, t in enumerate(trainers) if i != victim)
-    if schedule["named"]:
+    if _has_name(schedule):
         return all(j.clients <= others for j in jobs if j.name == _job_name(schedule))
     return not [j for j in jobs if j.job_id not in before and j.name is None and j.clients]
 
@@ -140,7 +147,7 @@ def _strike(env, schedule: dict, fault: dict, trainers, before: set, deadline: f
     when it could not land (the epoch ended first)."""
     kind = fault["kind"]
     if kind in ("trainer_kill", "rescale_restore", "trainer_pause"):
-        i = _victim(trainers, fault, schedule["named"], deadline)
+        i = _victim(trainers, fault, _has_name(schedule), deadline)
         if i is None:
             return None
         victim, struck = trainers[i], time.time()
@@ -171,7 +178,7 @@ def _pause(svc, schedule, fault, trainers, i, before, deadline) -> None:
     """SIGSTOP until the service expired the trainer, plus the drawn extra; then SIGCONT
     (a named job's trainer may then fail with ``ServiceError``: it is owed a restore)."""
     victim = trainers[i]
-    victim.owed_restores += schedule["named"]
+    victim.owed_restores += schedule["named"] and schedule["mode"] in check.LEASED
     victim.process.send_signal(signal.SIGSTOP)
     try:
         expired = _wait(lambda: _expired(svc, schedule, trainers, i, before) and time.time(),
@@ -193,7 +200,7 @@ def run_schedule(env, schedule: dict, workdir: str) -> dict:
         expected = env.expected(schedule)
         before = {j.job_id for j in env.svc.status().jobs}
         trainers += [_Trainer(_spec(env, schedule, folder, i))
-                     for i in range(2 if schedule["named"] else 1)]
+                     for i in range(check.trainers(schedule))]
         _wait(lambda: all(check.read_times(t.spec["log"] + ".t") for t in trainers), trainers,
               deadline, "the trainers connected")  # their READY: open the gate
         open(os.path.join(folder, "gate"), "w").close()
@@ -203,6 +210,8 @@ def run_schedule(env, schedule: dict, workdir: str) -> dict:
                 t.running() for t in trainers), trainers, deadline, "progress")
             struck.append(_strike(env, schedule, fault, trainers, before, deadline))
         _wait(lambda: not any(t.running() for t in trainers), trainers, deadline, "the end")
+        if schedule["mode"] == "shared":  # what it may miss: skips behind a window
+            expected = dataclasses.replace(expected, counted=_lost(env.svc, schedule))
     except _Stuck as e:
         incidents.append({"check": "hang", "detail": str(e)})
     finally:
@@ -214,13 +223,25 @@ def run_schedule(env, schedule: dict, workdir: str) -> dict:
 
 
 def _total(schedule: dict) -> int:
-    return schedule["n"] * (schedule["workers"] if schedule["mode"] == "off" else 1)
+    return check.elements(schedule)
+
+
+def _lost(svc, schedule: dict) -> int:
+    """What the service counted lost for the schedule's job, once its clients' last
+    reports are in (their goodbyes: no client left)."""
+    def job():
+        found = [j for j in svc.status().jobs if j.name == _job_name(schedule)]
+        return found and not found[0].clients and found[0]
+    return _wait(job, [], time.monotonic() + 60, "the job's last reports").lost
 
 
 def _spec(env, schedule: dict, folder: str, i: int) -> dict:
+    mode = schedule["mode"]
+    rounds = {"num_consumers": check.CONSUMERS, "consumer_index": i, "shuffle": False,
+              "repeat": True, "elements": schedule["n"]} if mode == "coordinated" else {}
     return {"address": env.address, "namespace": _NAMESPACE, "n": schedule["n"],
-            "seed": schedule["seed"], "mode": schedule["mode"],
-            "job_name": _job_name(schedule) if schedule["named"] else None,
+            "seed": schedule["seed"], "mode": mode, **rounds,
+            "job_name": _job_name(schedule) if _has_name(schedule) else None,
             "split_elements": schedule["split_elements"],
             "checkpoint_every": schedule["checkpoint_every"], "pace": schedule["pace"],
             "bad": [] if schedule["bad"] is None else [schedule["bad"]],
@@ -229,15 +250,18 @@ def _spec(env, schedule: dict, folder: str, i: int) -> dict:
             "gate": os.path.join(folder, "gate")}
 
 
-def _off_reference(svc, schedule: dict) -> list:
-    """An off job's elements, read here without a fault: each slot's stream is a pure
-    function of the keys, the epoch and the slot, whichever worker reads it."""
+def _slots_reference(svc, schedule: dict) -> list:
+    """An off or shared job's elements, read here without a fault: each slot's stream is
+    a pure function of the keys, the epoch and the slot, whichever worker reads it (a
+    shared job's under a name of its own: it reads from the start)."""
     import jdata
     from tests.service import trainer
 
     values, spec = [], {"n": schedule["n"], "seed": schedule["seed"],
                         "bad": [] if schedule["bad"] is None else [schedule["bad"]]}
-    it = trainer.pipeline(spec).distribute(svc, processing_mode="off").iterator()
+    args = {"job_name": f"reference-{schedule['seed']}", "sharing": True} \
+        if schedule["mode"] == "shared" else {"processing_mode": "off"}
+    it = trainer.pipeline(spec).distribute(svc, **args).iterator()
     try:
         while True:
             try:
@@ -271,8 +295,9 @@ class _Env:
 
     def expected(self, schedule: dict) -> check.Expected:
         """What the schedule's job must keep (see ``_chaos_check``'s rules)."""
-        off = _off_reference(self.svc, schedule) if schedule["mode"] == "off" else None
-        return check.expectation(schedule, off)
+        slots = _slots_reference(self.svc, schedule) \
+            if schedule["mode"] in ("off", "shared") else None
+        return check.expectation(schedule, slots)
 
     def restore_capacity(self) -> None:
         """The nodes a removal took, added back (a one-node service has nothing to do)."""
@@ -357,11 +382,11 @@ class _Nodes(_Env):
 
 
 def run(schedules: int, seed: int = 0, quick: bool = False, kinds=KINDS,
-        out: str | None = None, keep: bool = False) -> dict:
+        out: str | None = None, keep: bool = False, modes=check.LEASED) -> dict:
     """Runs schedules ``seed`` .. ``seed + schedules - 1`` (the one-node ones on one
     service, then those removing a node on a cluster); prints and returns the report.
     The trainers' logs are kept where a violation was found (or with ``keep``)."""
-    drawn = [draw(seed + i, kinds, quick) for i in range(schedules)]
+    drawn = [draw(seed + i, kinds, quick, modes) for i in range(schedules)]
     workdir = tempfile.mkdtemp(prefix="jdata-chaos-")
     results, began = [], time.monotonic()
     for phase, make in (("local", _Local), ("nodes", _Nodes)):
@@ -376,7 +401,7 @@ def run(schedules: int, seed: int = 0, quick: bool = False, kinds=KINDS,
                       flush=True)
         finally:
             env.close()
-    report = {**check.table(results), "wall_s": round(time.monotonic() - began, 1),
+    report = {**check.table(results, modes), "wall_s": round(time.monotonic() - began, 1),
               "seed": seed, "violations": [v for r in results for v in r["violations"]],
               "notes": [f"seed {r['seed']} ({r['mode']}): {note}" for r in results
                         for note in r["notes"]], "results": results}
@@ -402,6 +427,8 @@ def main(argv=None) -> dict:
                         help="shorter epochs, at most 2 faults, no node removal")
     parser.add_argument("--kinds", default=None,
                         help=f"comma-separated fault kinds to draw from (of {','.join(KINDS)})")
+    parser.add_argument("--modes", default=",".join(check.LEASED),
+                        help=f"comma-separated modes to draw from (of {','.join(check.MODES)})")
     parser.add_argument("--out", default=None, help="write the report as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the trainers' logs")
     args = parser.parse_args(argv)
@@ -410,8 +437,11 @@ def main(argv=None) -> dict:
     unknown = set(kinds) - set(KINDS)
     if unknown:
         parser.error(f"--kinds: unknown {sorted(unknown)}; pick from {','.join(KINDS)}")
+    modes = tuple(args.modes.split(","))
+    if set(modes) - set(check.MODES) or not modes:
+        parser.error(f"--modes: pick from {','.join(check.MODES)}")
     count = args.schedules if args.schedules is not None else (6 if args.quick else 200)
-    return run(count, args.seed, args.quick, kinds, args.out, args.keep)
+    return run(count, args.seed, args.quick, kinds, args.out, args.keep, modes)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,10 @@ def test_the_service_demo_loses_a_worker_resumes_and_matches_the_local_run(capsy
     assert "resumed run matches the uninterrupted one: True" in out
     assert f"(pid {result['killed_pid']}, " in out and "with SIGKILL at step 10" in out
     assert "exactly once: True" in out and "exactly once: False" not in out
-    # Restored at step 20 (its last checkpoint), after every example of epoch 0 was yielded.
-    assert ("the restored iterator's service progress: epoch 0, 16 splits of 40 examples; "
-            "yielded whole: 0-14; in part: split 15 (40 examples)") in out
+    # Restored at step 20 (its last checkpoint), after every example of epoch 0 was yielded:
+    # the last split whole, or all of its 40 examples read before its end was seen (a
+    # busy machine decides which).
+    progress = "the restored iterator's service progress: epoch 0, 16 splits of 40 examples; "
+    assert progress + "yielded whole: 0-14; in part: split 15 (40 examples)" in out or \
+        progress + "yielded whole: 0-15; in part: none" in out
     assert result["loss"] < 2.3  # it learns: below chance's log(10) after 40 steps

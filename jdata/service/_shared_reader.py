@@ -35,11 +35,12 @@ class _Slot:
     """A consumer's reading of one slot: requests in flight, elements received; ``base``
     is the slot position of the next element to yield."""
 
-    __slots__ = ("worker_id", "pending", "buffer", "base", "resume", "seq")
+    __slots__ = ("worker_id", "pending", "buffer", "base", "resume", "seq", "token")
 
     def __init__(self, worker_id: str, position: int | None):
         self.worker_id, self.resume = worker_id, position
         self.seq = 0  # reads requested: the worker serves them in this order
+        self.token = None  # the worker's window this reads (a new one knows no cursor)
         self.pending: collections.deque = collections.deque()
         self.buffer = Buffer()
         self.base = position or 0
@@ -61,8 +62,13 @@ class SharedReader:
         opened = _session.open_job(self._dnode, self._ctx, self.stats, 0)
         self.session, self.transport = opened.session, opened.session.transport
         self._fingerprint, self._plan_ref = opened.fingerprint, opened.plan_ref
+        self._register(0)
+
+    def _register(self, epoch: int) -> None:
+        """Joins the job (again, after the dispatcher expired this client: it was paused
+        past its timeout); the reads go on from its positions, skips counted."""
         reply = self.session.register(Register(self._dnode.job_name, self._fingerprint,
-                                               Mode.SHARED, 0, uuid.uuid4().hex, None))
+                                               Mode.SHARED, epoch, uuid.uuid4().hex, None))
         self._epoch, self._num_slots = reply.epoch, reply.plan.num_units
         self.session.report.capacity = _READS_AHEAD * self._num_slots * SHARED_BLOCK
 
@@ -114,8 +120,14 @@ class SharedReader:
         from this consumer's position there)."""
         membership = self.session.membership
         self._refreshed = time.monotonic()
-        self._placements = self.transport.call("slots", membership.job_id,
-                                               membership.client_id)
+        placements = self.transport.call("slots", membership.job_id, membership.client_id)
+        if placements is None:  # expired: the cursors on the workers are its old self's
+            for slot in list(self._slots):
+                self._drop(slot, keep_position=True)
+            self._register(self._epoch)  # the epoch it reads, not a next one
+            placements = self.transport.call("slots", self.session.membership.job_id,
+                                              self.session.membership.client_id) or {}
+        self._placements = placements
         self.stats.parallelism = len(set(self._placements.values()))
         for slot, stream in list(self._slots.items()):
             if self._placements.get(slot) != stream.worker_id:
@@ -142,7 +154,8 @@ class SharedReader:
         while len(stream.pending) < _READS_AHEAD:
             # The first request says where a restored (or moved) consumer stood.
             ref = transport.request(stream.worker_id, "read_shared", self._spec(slot),
-                                    client_id, SHARED_BLOCK, stream.resume, stream.seq)
+                                    client_id, SHARED_BLOCK, stream.resume, stream.seq,
+                                    stream.token)
             if ref is None:
                 self._drop(slot, keep_position=True)
                 return False
@@ -154,7 +167,7 @@ class SharedReader:
         try:
             if not transport.ready(ref, stream.worker_id):
                 raise transport.ray.exceptions.ActorDiedError()
-            packed, skipped, hit, after = transport.ray.get(ref)
+            packed, skipped, hit, after, token = transport.ray.get(ref)
         except transport.ray.exceptions.RayError as e:
             if not transport.lost(e):
                 raise cause(e) from None
@@ -163,6 +176,10 @@ class SharedReader:
             return False
         finally:
             self.stats.wait_sec += time.perf_counter() - began
+        if packed is None:  # the worker made the window again: read on from our position
+            self._drop(slot, keep_position=True)
+            return False
+        stream.token = token
         block, failures, nbytes = _blocks.unpack(packed, self._dnode.compression)
         report = self.session.report
         report.bytes += nbytes

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import uuid
 
 # A read waits at most this long for the consumer's earlier reads (one lost on the way
 # would otherwise hold the ones after it).
@@ -45,6 +46,9 @@ class SharedWindow:
         self._cursors: dict[str, int] = {}
         self._next_seq: dict[str, int] = {}  # per consumer: the read to serve next
         self.last_read = time.monotonic()
+        # Which window this is: an idle one goes, and one made again for the slot knows
+        # none of its consumers' cursors (they must say where they stand).
+        self.token = uuid.uuid4().hex
         self.stats = {"produced": 0, "produced_bytes": 0, "served": 0, "reads": 0,
                       "hits": 0, "skipped": 0}
 

@@ -12,7 +12,9 @@ error the read opens again past the outcomes sent (``open_at``) and goes on
 element by element: every outcome is sent once, in order. A *checked* read (a
 client asks for one after a read failed on the worker side, as when Ray could
 not pickle an element) also tries to pickle each element and sends an
-``ElementError`` in the place of one that cannot be sent.
+``ElementError`` in the place of one that cannot be sent. A shared or coordinated
+read has no such second try (its window moved on): ``sendable`` checks its blocks
+before they leave, trying to pickle only what may not pickle.
 
 ``open_at(n)`` opens the read past its first ``n`` outcomes.
 """
@@ -23,6 +25,7 @@ import pickle
 import time
 
 import cloudpickle
+import numpy as np
 
 from jdata._errors import ElementError, UDFError
 from jdata.service import _blocks
@@ -86,6 +89,37 @@ def _sendable(element, position: int):
     except Exception as e:
         return _blocks.Failure(ElementError(
             position, f"it cannot be sent to the client ({type(e).__name__}: {e})", e))
+
+
+_PLAIN = (int, float, bool, bytes, str, type(None))
+
+
+def _plain(x) -> bool:
+    """Whether ``x`` pickles for sure: numbers, strings, NumPy arrays and scalars that
+    hold no objects, and tuples, lists and dicts of those."""
+    kind = type(x)
+    if kind is np.ndarray or isinstance(x, np.generic):
+        return x.dtype.kind != "O"
+    if kind in _PLAIN:
+        return True
+    if kind is tuple or kind is list:
+        return all(map(_plain, x))
+    return kind is dict and all(type(k) in _PLAIN and _plain(v) for k, v in x.items())
+
+
+def sendable(elements: list, failures: tuple, where: int) -> tuple[list, tuple]:
+    """``elements`` (the first at position ``where``) with each that cannot be pickled
+    replaced by its ``ElementError``, and ``failures`` grown to match."""
+    out, places = elements, set(failures)
+    for i, element in enumerate(elements):
+        if i in places or _plain(element):
+            continue
+        checked = _sendable(element, where + i)
+        if type(checked) is _blocks.Failure:
+            out = out if out is not elements else list(elements)
+            out[i] = checked
+            places.add(i)
+    return out, tuple(sorted(places))
 
 
 def stream(open_at, skip: int, *, size: int, compression: str | None, stats,

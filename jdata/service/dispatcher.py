@@ -235,12 +235,13 @@ class Dispatcher:
         """Elements per split of jobs whose clients give none (``service.start``'s)."""
         return self._split_elements
 
-    def slots(self, job_id: str, client_id: str) -> dict:
-        """A shared job's slot placements (``slot -> worker``), unplaced ones placed now."""
+    def slots(self, job_id: str, client_id: str) -> dict | None:
+        """A shared job's slot placements (``slot -> worker``), unplaced ones placed now;
+        ``None`` for a client the job no longer has (expired: it registers again)."""
         def handler(apply):
             if _requests.standing(self._state, job_id, client_id) is not \
                     _requests.Standing.OK:
-                return {}
+                return None
             placed = _policies.place(self._state, job_id, self._scaling.draining(),
                                      self._spread)
             if placed is not None:

@@ -30,7 +30,7 @@ import time
 import cloudpickle
 
 from jdata import _random
-from jdata.service import _blocks, _worker_buffers, _worker_reads, splits
+from jdata.service import _blocks, _rounds, _worker_buffers, _worker_reads, splits
 from jdata.service._worker_reads import BLOCK_BYTES as BLOCK_BYTES
 from jdata.service._worker_reads import BLOCK_ELEMENTS as BLOCK_ELEMENTS
 from jdata.service._worker_reads import BLOCK_SEC as BLOCK_SEC
@@ -117,6 +117,11 @@ class WorkerStats:
                     "active_sec": active_sec}
 
 
+# A shared or coordinated buffer nobody read for this many consumer timeouts (or the
+# client timeout, if longer) goes.
+BUFFER_IDLE_FACTOR = 3
+
+
 class Worker:
     """The actor class (wrapped with ``ray.remote`` by the dispatcher)."""
 
@@ -128,7 +133,10 @@ class Worker:
         self._stopped: dict[str, float] = {}  # job id -> when it was stopped
         self._stats = WorkerStats()
         self._block_sizes: dict[str, int] = {}  # by plan fingerprint
-        self._buffers = _worker_buffers.Buffers(window_bytes, idle_sec)
+        # A coordinated job's buffer must outlive its consumers' wait for a missing peer:
+        # made again, it would hand its rounds other groups than the ones it gave.
+        self._buffers = _worker_buffers.Buffers(
+            window_bytes, max(idle_sec, BUFFER_IDLE_FACTOR * _rounds.CONSUMER_TIMEOUT_SEC))
 
     def info(self) -> WorkerInfo:
         """Totals, and each shared or coordinated buffer's (idle ones go here: it is pinged)."""
@@ -218,14 +226,21 @@ class Worker:
     # ------------------------------------------------------------ shared and coordinated
 
     def read_shared(self, spec: ReadSpec, consumer: str, max_elements: int,
-                    position: int | None, seq: int) -> tuple:
+                    position: int | None, seq: int, token: str | None = None) -> tuple:
         """A consumer's next block of a shared job's slot (``distribute(sharing=True)``):
-        ``(packed block, skipped, hit, position after)``; see ``_window.SharedWindow``."""
+        ``(packed block, skipped, hit, position after, the window's token)``; see
+        ``_window.SharedWindow``. ``token``: the window the consumer read before; if this
+        is another (that one went idle), the block is ``None``: the consumer asks again
+        with its position."""
         window = self._buffers.window(spec, self._stream_of(spec), self._stats)
+        if token is not None and token != window.token:
+            return None, 0, False, None, window.token
         elements, failures, nbytes, skipped, hit, after = window.read(consumer, max_elements,
                                                                       position, seq)
+        elements, failures = _worker_reads.sendable(elements, failures, after - len(elements))
         payload = _blocks.encode(elements, failures)
-        return _blocks.pack(payload, failures, nbytes, spec.compression), skipped, hit, after
+        return (_blocks.pack(payload, failures, nbytes, spec.compression), skipped, hit, after,
+                window.token)
 
     def leave_shared(self, job_id: str, consumer: str) -> None:
         """A consumer closed its iterator: its cursors go (the windows stay for others)."""
@@ -239,9 +254,11 @@ class Worker:
         rounds = self._buffers.rounds(spec, self._stream_of(spec), self._stats, num_consumers,
                                       bound_sec)
         out = []
-        for element, skipped, ended in rounds.take_many(first_round, count, consumer_index):
+        for k, (element, skipped, ended) in enumerate(
+                rounds.take_many(first_round, count, consumer_index)):
             block = [] if element is None else [element]
             failures = (0,) if block and isinstance(element, _blocks.Failure) else ()
+            block, failures = _worker_reads.sendable(block, failures, first_round + k)
             out.append((_blocks.pack(block, failures, _blocks.nbytes(block, block),
                                      spec.compression), skipped, ended))
         return out

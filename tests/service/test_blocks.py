@@ -326,3 +326,25 @@ def test_a_stopped_jobs_read_ends_at_its_next_block():
 def test_slot_zero_is_the_local_epoch_and_other_slots_draw_anew():
     assert worker.slot_epoch(5, 0) == 5
     assert len({worker.slot_epoch(5, s) for s in range(100)}) == 100
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("no pickling this")
+
+
+def test_a_shared_block_sends_an_element_it_cannot_pickle_as_its_error():
+    # A shared or coordinated read cannot be tried again checked (its window moved on):
+    # the worker checks what it sends, trying only what may not pickle.
+    from jdata._errors import ElementError
+    from jdata.service import _worker_reads
+
+    bad = np.array(_Unpicklable(), dtype=object)
+    plain = [np.int64(1), np.arange(3), {"a": (1.0, "x")}, [b"y", None]]
+    elements, failures = _worker_reads.sendable(plain + [bad, 7], (1,), where=100)
+    assert failures == (1, 4) and elements[:4] == plain and elements[5] == 7
+    error = elements[4].error
+    assert isinstance(error, ElementError) and "position 104" in str(error) \
+        and "cannot be sent" in str(error)
+    same, none = _worker_reads.sendable(plain, (), where=0)
+    assert same is plain and none == ()  # nothing to replace: the block as it was

@@ -1,6 +1,8 @@
 """The chaos run (``benchmarks/service_chaos.py``): its history checker on crafted logs, and
 a short run of seeded fault schedules on a real Ray (the full tier), with no violation."""
 
+import dataclasses
+
 import pytest
 
 from benchmarks import _chaos_check as check
@@ -121,7 +123,7 @@ def test_the_table_counts_schedules_violations_and_stalls():
 def test_a_short_chaos_run_keeps_every_element_once_and_every_fault_happens():
     drawn = [check.draw(SEED + i, KINDS, quick=True) for i in range(SCHEDULES)]
     assert {k for s in drawn for k in check.kinds_of(s)} == set(KINDS)
-    assert {s["mode"] for s in drawn} == set(check.MODES)
+    assert {s["mode"] for s in drawn} == set(check.LEASED)
     assert {s["named"] for s in drawn} == {True, False}
     ray = _ray.ray_module()
     assert not ray.is_initialized(), "another test left a Ray running"
@@ -131,3 +133,32 @@ def test_a_short_chaos_run_keeps_every_element_once_and_every_fault_happens():
     for result in report["results"]:
         assert result["kinds"] == result["scheduled"], result  # each fault happened
     assert report["totals"]["all"] == {"schedules": SCHEDULES, "violations": 0}
+
+
+def test_a_shared_trainer_may_miss_only_what_the_service_counted(tmp_path):
+    expected = check.Expected((1000, 2000, 3000, 4000), errors=0, slots=2)
+    whole = _log(tmp_path, "a", ["E 1000", "E 3000", "E 2000", "E 4000", "END"])
+    behind = _log(tmp_path, "b", ["E 1000", "E 4000", "END"])  # skipped 2 behind a window
+    schedule = _schedule(mode="shared", named=True)
+    assert check.check(schedule, [whole, behind], dataclasses.replace(expected, counted=2)) == []
+    found = check.check(schedule, [whole, behind], expected)
+    assert [v["check"] for v in found] == ["counted"] and "2 elements missing" in \
+        found[0]["detail"]
+    twice = _log(tmp_path, "c", ["E 1000", "E 1000", "E 2000", "E 3000", "E 4000", "END"])
+    assert [v["check"] for v in check.check(_schedule(mode="shared"), [twice], expected)] == \
+        ["trainer 0's stream"]
+
+
+def test_coordinated_consumers_must_read_one_group_per_round(tmp_path):
+    # Rounds of groups (2k, 2k + 1): consumer 0 the even index, consumer 1 the odd.
+    a = _log(tmp_path, "a", ["G 0", "E 0", "G 1", "E 2000", "G 3", "X ElementError 'e'", "END"])
+    b = _log(tmp_path, "b", ["G 0", "E 1000", "G 1", "E 3000", "G 2", "E 5000", "END"])
+    schedule = _schedule(mode="coordinated", named=True, bad=6)
+    assert check.check(schedule, [a, b], check.Expected((), 0)) == []
+    split = _log(tmp_path, "s", ["G 0", "E 1000", "G 1", "E 5000", "END"])
+    found = check.check(schedule, [a, split], check.Expected((), 0))
+    assert [v["check"] for v in found] == ["lock-step"] and "1 rounds" in found[0]["detail"]
+    again = _log(tmp_path, "r", ["G 0", "E 1000", "C 1", "R 0", "G 0", "E 1000", "G 0",
+                                 "E 1000", "END"])
+    assert "consumer 1's rounds" in [v["check"] for v in check.check(
+        schedule, [a, again], check.Expected((), 0))]

@@ -224,12 +224,27 @@ def test_a_killed_worker_in_off_mode_is_replaced_not_raised(svc):
     os.kill(svc.status().workers[0].pid, signal.SIGKILL)
     got += _within(120, lambda: [int(x) for x in it], "the rest")
     assert sorted(got) == expected
+    _settled(svc)
+
+
+def _settled(svc, workers: int = 2):
+    """Until the service has ``workers`` workers, each running in a live process: an off
+    job's slots are the workers alive at its start (a killed one not yet noticed counts)."""
+    def alive(pid):
+        try:
+            return os.kill(pid, 0) is None
+        except ProcessLookupError:
+            return False
+    _wait_for(lambda: len(svc.status().workers) == workers and all(
+        w.state == "running" and w.pid and alive(w.pid) for w in svc.status().workers), 120,
+        f"{workers} live workers")
 
 
 def test_off_restores_with_more_or_fewer_workers_exactly(svc):
     """A state restored with more workers raised IndexError; with fewer, it silently
     dropped the others' elements."""
     above = jdata.range(100).random_map(_slow_tag, jax.random.key(4))
+    _settled(svc)
     expected = sorted(int(x) for x in above.distribute(svc, processing_mode="off"))
     for workers in (3, 1):
         ds = above.distribute(svc, processing_mode="off")  # its first iterator: epoch 0
@@ -379,3 +394,68 @@ def test_two_processes_of_a_named_off_job_share_its_slots(svc, tmp_path):
     kept = [trainer.kept(spec["log"]) for spec in specs]
     assert all(len(k) >= 100 for k in kept), [len(k) for k in kept]  # both read a slot's share
     assert sorted(x // 1000 for x in kept[0] + kept[1]) == sorted(list(range(300)) * 2)
+
+
+def test_shared_and_coordinated_reads_send_an_element_ray_cannot_pickle_as_its_error(svc):
+    """Found by the chaos run's shared schedules: a shared job's read raised the raw
+    TypeError of Ray's pickling out of next(), and its block was lost."""
+    def read(ds, count=None):
+        got, errors, it = [], 0, ds.iterator()
+        try:
+            while count is None or len(got) + errors < count:
+                try:
+                    got.append(int(next(it)))
+                except StopIteration:
+                    break
+                except jdata.ElementError as e:
+                    errors += 1
+                    assert "cannot be sent" in str(e)
+        finally:
+            it.close()
+        return got, errors
+
+    shared, errors = read(trainer.pipeline({"n": 40, "bad": [3]}).distribute(
+        svc, job_name="shared-unpicklable", sharing=True))
+    slots = 2  # one per worker: each reads the whole stream and meets the element once
+    assert errors == slots and len(shared) == slots * 39 and 3 not in {x // 1000 for x in shared}
+    rounds = [trainer.pipeline({"n": 40, "bad": [3], "shuffle": False, "repeat": True})
+              .distribute(svc, job_name="rounds-unpicklable", num_consumers=2,
+                          consumer_index=i) for i in range(2)]
+    its = [ds.iterator() for ds in rounds]
+    try:
+        outcomes = [[], []]
+        for _ in range(30):  # in step, as two replicas
+            for i, it in enumerate(its):
+                try:
+                    outcomes[i].append(int(next(it)) // 1000)
+                except jdata.ElementError:
+                    outcomes[i].append("X")
+        # Consumer 1's element of the group (2, 3) is the error, in its place.
+        assert "X" in outcomes[1] and "X" not in outcomes[0]
+        at = outcomes[1].index("X")
+        assert outcomes[0][at] == 2 and all(
+            b == a + 1 for a, b in zip(outcomes[0], outcomes[1]) if b != "X")
+    finally:
+        for it in its:
+            it.close()
+
+
+def test_a_paused_shared_client_reads_on_at_its_positions(svc, tmp_path):
+    """Found by the chaos run: a shared client SIGSTOPped past its timeout, then SIGCONTed,
+    asked for its slots as the expired client it was, got none, and waited forever."""
+    spec = _spec(svc, tmp_path, "shared-paused", n=100, pace=0.01, mode="shared",
+                 job_name="shared-paused")
+    process = _start(spec)
+    _wait_for(lambda: len(_lines(spec)) > 30, 120, "the trainer reading")
+    process.send_signal(signal.SIGSTOP)
+    try:
+        _wait_for(lambda: [j.clients for j in svc.status().jobs if j.name == spec["job_name"]]
+                  == [0], 60, "the paused client expired")
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert process.wait(timeout=240) == 0, _lines(spec)[-3:]
+    job = next(j for j in svc.status().jobs if j.name == spec["job_name"])
+    kept = trainer.kept(spec["log"])
+    slots = 2
+    # Each slot's stream once at most (no element twice); what it skipped is counted.
+    assert len(set(kept)) == len(kept) and len(kept) + job.lost == slots * 100

@@ -123,8 +123,8 @@ def test_a_worker_drops_a_window_nobody_reads_and_a_stopped_jobs_windows(monkeyp
     w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=60.0)
     w._plans["fp"] = (ds._optimize().plan, ds.options)
     for job in ("job-1", "job-2"):
-        packed, skipped, hit, after = w.read_shared(worker.ReadSpec(job, "fp", None, 0, 0),
-                                                    "c", 5, None, 0)
+        packed, skipped, hit, after, _ = w.read_shared(
+            worker.ReadSpec(job, "fp", None, 0, 0), "c", 5, None, 0)
         elements, _, _ = _blocks.unpack(packed, None)
         assert len(elements) >= 1 and after == len(elements) and not hit and skipped == 0
     assert set(w._buffers.snapshot()) == {"job-1", "job-2"}
@@ -132,6 +132,27 @@ def test_a_worker_drops_a_window_nobody_reads_and_a_stopped_jobs_windows(monkeyp
     assert set(w._buffers.snapshot()) == {"job-1"}
     monkeypatch.setattr(w._buffers, "_idle_sec", 0.0)
     assert w._buffers.snapshot() == {}  # idle ones go when the worker is pinged
+
+
+def test_a_window_made_again_after_it_went_idle_asks_its_readers_where_they_stand(
+        monkeypatch):
+    """Found by the chaos run: a slot's window dropped while idle and made again on the
+    next read served a consumer with reads in flight from the stream's start (645
+    elements read twice); the consumer now names the window it read, and a new one
+    sends nothing until it says its position."""
+    ds = jdata.range(50).repeat()
+    w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=60.0)
+    w._plans["fp"] = (ds._optimize().plan, ds.options)
+    spec = worker.ReadSpec("job", "fp", None, 0, 0)
+    packed, _, _, after, token = w.read_shared(spec, "c", 20, None, 0)
+    assert after == len(_blocks.unpack(packed, None)[0]) and token
+    monkeypatch.setattr(w._buffers, "_idle_sec", 0.0)
+    assert w._buffers.snapshot() == {}  # the window went
+    packed, _, _, after2, token2 = w.read_shared(spec, "c", 20, None, 1, token)
+    assert packed is None and after2 is None and token2 != token
+    packed, skipped, _, _, _ = w.read_shared(spec, "c", 5, after, 0, None)
+    first = int(_blocks.unpack(packed, None)[0][0])
+    assert first == after % 50 and skipped == 0  # on from its position, nothing twice
 
 
 def test_a_shared_slots_stream_is_its_slots_not_its_workers():
@@ -182,3 +203,20 @@ def test_a_consumers_reads_are_served_in_the_order_it_sent_them():
     t.join(timeout=30)
     assert [int(e) for e in first[0]] == [0, 1, 2, 3]
     assert [int(e) for e in second["out"][0]] == [4, 5, 6, 7]
+
+
+def test_a_coordinated_buffer_outlives_its_consumers_wait_for_a_missing_peer():
+    """Found by the chaos run: with a client timeout (the idle bound) below the consumers'
+    wait for a missing peer, a round buffer went idle while they waited, and the one made
+    again gave later rounds other groups than the first one had given (lock-step broken)."""
+    from jdata.service import _rounds
+
+    ds = jdata.range(100).repeat()
+    w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=2.0)
+    w._plans["fp"] = (ds._optimize().plan, ds.options)
+    w.read_rounds(worker.ReadSpec("job", "fp", None, 0, 0), 2, 0, 0, 1, 5.0)
+    (buffer, _), = w._buffers._entries.values()
+    buffer.last_read -= _rounds.CONSUMER_TIMEOUT_SEC + 2.0  # past the client timeout
+    assert set(w._buffers.snapshot()) == {"job"}  # kept: a peer may still be waited for
+    buffer.last_read -= worker.BUFFER_IDLE_FACTOR * _rounds.CONSUMER_TIMEOUT_SEC
+    assert w._buffers.snapshot() == {}  # nobody read it for long: it goes

@@ -6,6 +6,8 @@ reads a job and logs what it yields, one line each, flushed, to ``SPEC["log"]``:
 - ``E <element>``: an element it yielded (its int value);
 - ``X <error type> <message>``: an element's error (an ``ElementError``), caught, the loop
   goes on;
+- ``G <round>``, a coordinated consumer's (``SPEC["num_consumers"]``), before each ``E``
+  and ``X``: the round the element was read in;
 - ``C <n>``: it took a state after its n-th element and saved it (atomically) to
   ``SPEC["checkpoint"]``: a checkpoint;
 - ``R <n>``: it restored the checkpoint taken after its n-th element;
@@ -14,7 +16,8 @@ reads a job and logs what it yields, one line each, flushed, to ``SPEC["log"]``:
 Its kept history (what the service promises to keep exactly once) is what it logged up to
 its last ``C`` if it was killed, all of it if it ended. It reads ``SPEC["pace"]`` seconds
 per element (a trainer's step), so a test can stop it mid-epoch; ``SPEC["checkpoints"]``
-bounds how many checkpoints it takes (every ``SPEC["checkpoint_every"]`` elements).
+bounds how many checkpoints it takes (every ``SPEC["checkpoint_every"]`` elements), and
+``SPEC["elements"]`` how many elements it reads (a coordinated job's pipeline repeats).
 
 Two options serve the chaos run (``benchmarks/service_chaos.py``); the log is the same with
 or without them:
@@ -56,8 +59,11 @@ def pipeline(spec: dict):
             return np.array(Unpicklable(), dtype=object)
         return x * 1000 + np.random.default_rng(key).integers(1000)
 
-    return jdata.range(spec["n"]).shuffle(jax.random.key(spec.get("seed", 0))).random_map(
-        tag, jax.random.key(7))
+    ds = jdata.range(spec["n"])
+    if spec.get("shuffle", True):
+        ds = ds.shuffle(jax.random.key(spec.get("seed", 0)))
+    ds = ds.random_map(tag, jax.random.key(7))
+    return ds.repeat() if spec.get("repeat") else ds
 
 
 def main(spec: dict) -> int:
@@ -67,8 +73,7 @@ def main(spec: dict) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     svc = service.connect(spec["address"], namespace=spec["namespace"],
                           split_elements=spec.get("split_elements"))
-    ds = pipeline(spec).distribute(svc, processing_mode=spec.get("mode", "dynamic"),
-                                   job_name=spec.get("job_name"))
+    ds = pipeline(spec).distribute(svc, **distribute_args(spec))
     log = open(spec["log"], "a", buffering=1)
     times = _times_file(spec)
     _mark(times, "READY")
@@ -81,17 +86,20 @@ def main(spec: dict) -> int:
         log.write(f"R {count}\n")
     it = ds.iterator(state)
     every = spec.get("checkpoint_every", 0)
+    rounds = spec.get("num_consumers") is not None
     try:
-        while True:
+        while count < spec.get("elements", float("inf")):
             try:
                 x = next(it)
             except StopIteration:
                 break
             except jdata.ElementError as e:
+                _log_round(log, it, rounds)
                 log.write(f"X {type(e).__name__} {str(e)[:200]!r}\n")
                 _mark(times, "X")
                 continue
             count += 1
+            _log_round(log, it, rounds)
             log.write(f"E {int(x)}\n")
             _mark(times, "E")
             if every and count % every == 0 and count // every <= spec.get("checkpoints", 1e9):
@@ -106,6 +114,24 @@ def main(spec: dict) -> int:
     _mark(times, "END")
     it.close()
     return 0
+
+
+def distribute_args(spec: dict) -> dict:
+    """``distribute``'s arguments for the spec's mode: ``dynamic``, ``static``, ``off``,
+    ``shared`` (``sharing=True``) or ``coordinated`` (``num_consumers``)."""
+    mode, name = spec.get("mode", "dynamic"), spec.get("job_name")
+    if mode == "shared":
+        return {"job_name": name, "sharing": True}
+    if mode == "coordinated":
+        return {"job_name": name, "num_consumers": spec["num_consumers"],
+                "consumer_index": spec["consumer_index"]}
+    return {"processing_mode": mode, "job_name": name}
+
+
+def _log_round(log, it, rounds: bool) -> None:
+    """A coordinated consumer's ``G <round>`` line: the round of the element that follows."""
+    if rounds:
+        log.write(f"G {it.get_state()['state']['round'] - 1}\n")
 
 
 def _times_file(spec: dict):
