@@ -58,6 +58,9 @@ class RoundBuffer:
         #           its condition]
         self._rounds: dict[int, list] = {}
         self._taken: collections.deque = collections.deque()  # rounds every consumer took
+        # Rounds below this were taken by every consumer and forgotten: a consumer that asks
+        # for one (restored from an older state) finds it skipped, never a new group.
+        self._floor = 0
         self._ended = False
         self._stop = False
         self.last_read = time.monotonic()
@@ -102,6 +105,9 @@ class RoundBuffer:
             self.last_read = now = time.monotonic()
             self._seen[consumer] = now
             entry = self._rounds.get(round_index)
+            if entry is None and round_index < self._floor:
+                self.stats["skipped_rounds"] += 1
+                return None, True, False
             if entry is None:
                 entry = self._rounds[round_index] = [None, set(), now, set(), None,
                                                      threading.Condition(self._lock)]
@@ -138,7 +144,9 @@ class RoundBuffer:
                 if len(entry[1]) == self._c:
                     self._taken.append(round_index)
                     while len(self._taken) > _KEEP_TAKEN:
-                        self._rounds.pop(self._taken.popleft(), None)
+                        gone = self._taken.popleft()
+                        self._rounds.pop(gone, None)
+                        self._floor = max(self._floor, gone + 1)
             return entry[0][consumer], False, False
 
     def _live(self, now: float) -> set:
