@@ -57,7 +57,13 @@ def test_autotune_prefetch_over_a_parallel_stage_starts_synchronous():
         jdata.AUTOTUNE)
     with ds.iterator() as it:
         assert sum(int(b.sum()) for b in it) == sum(range(3000))
-        assert _prefetch_row(it)["buffer_size"] == 0
+        stats = it.stats()
+        # The autotuner may give it a buffer later (a loaded machine can make one pay):
+        # what it started with is the first change's old value, or what it has now.
+        changes = [h for h in stats.history
+                   if h["stage"].startswith("Prefetch(") and h["knob"] == "buffer_size"]
+        started = changes[0]["old"] if changes else _prefetch_row(it)["buffer_size"]
+        assert started == 0
     with ds.prefetch(3).iterator() as it:  # a number is a buffer of that size
         next(it)
         assert _prefetch_row(it)["buffer_size"] == 3
