@@ -1,15 +1,17 @@
-"""The dispatcher's coordinated jobs: which (worker, slot) serves which rounds, and the
-consumers' agreement on each run of rounds (``_run_outcomes``). Not journaled: after a
-restart, schedules start again from the rounds the consumers report.
+"""The dispatcher's coordinated jobs: which (slot, worker) serves which rounds, and the
+consumers' agreement on each run of rounds (``_run_outcomes``).
 
-A schedule is a list of entries ``(first round, [(worker id, slot)...])``: round
-``r`` is read from ``placed[(r // ROUNDS_PER_READ) % len(placed)]`` of the last entry
-that starts at or before ``r``. When the workers change, a new entry starts
-``ROUND_LEAD`` rounds past the furthest consumer, so every consumer learns of it
-before it applies (they ask every ``ROUND_LEAD // 4`` rounds): they all read each
-round from the same place. A worker keeps its slot across entries; a new worker
-takes the next slot number, so a slot's stream (its randomness) never depends on
-which worker runs it.
+A schedule is a list of entries ``(first round, ((slot, worker id)...))``, kept in the
+ledger (``state.RoundsScheduled``, journaled: a restarted dispatcher serves the same
+rounds from the same buffers): round ``r`` is read from
+``placed[(r // ROUNDS_PER_READ) % len(placed)]`` of the last entry that starts at or
+before ``r``. When the workers change, a new entry starts ``ROUND_LEAD`` rounds past
+the furthest consumer, so every consumer learns of it before it applies (they ask
+every ``ROUND_LEAD // 4`` rounds): they all read each round from the same place. A
+worker keeps its slot across entries; a new worker takes the next slot number (never
+a dead worker's, whose stream's start was read), so a slot's stream (its randomness)
+never depends on which worker runs it. The furthest rounds consumers reported are
+kept here only: a restarted dispatcher learns them again from the consumers' next asks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 import time
 
 from jdata.service import _rounds, _run_outcomes
+from jdata.service._updates import RoundsScheduled
 
 # A coordinated job's rounds go to workers in runs of this many (one request of a client
 # reads a run); a new schedule entry starts this many rounds past its furthest client.
@@ -25,35 +28,43 @@ ROUNDS_PER_READ = 8
 ROUND_LEAD = 64
 
 
+def next_entry(job_id: str, schedule: list, furthest: int,
+               alive: list[str]) -> RoundsScheduled | None:
+    """The entry a job's ``schedule`` needs for workers ``alive`` (None: it has it),
+    with consumers up to round ``furthest``."""
+    if not alive:
+        return None
+    slots = {worker_id: slot for _, placed in schedule for slot, worker_id in placed}
+    fresh = max(slots.values(), default=-1) + 1
+    for worker_id in alive:
+        if worker_id not in slots:
+            slots[worker_id], fresh = fresh, fresh + 1
+    placed = tuple((slots[worker_id], worker_id) for worker_id in alive)
+    run = ROUNDS_PER_READ
+    if not schedule:
+        first = furthest // run * run
+    elif schedule[-1][1] != placed:
+        first = -(-max(furthest + ROUND_LEAD, schedule[-1][0] + run) // run) * run
+    else:
+        return None
+    return RoundsScheduled(job_id=job_id, first_round=first, placements=placed)
+
+
 class Coordination:
     def __init__(self):
         self._lock = threading.Lock()  # guards everything below (a leaf lock)
         self._reported = threading.Condition(self._lock)  # consumers' reports on runs
-        self._schedules: dict[str, list] = {}
-        self._slots: dict[str, dict[str, int]] = {}  # job -> worker -> its slot
         self._seen: dict[str, dict[str, int]] = {}  # job -> client -> its round
         self._outcomes: dict[str, _run_outcomes.Outcomes] = {}
 
-    def schedule(self, job_id: str, client_id: str, round_index: int | None,
-                 alive: list[str]) -> tuple[list, int]:
-        """The job's schedule and the furthest round a client reported (see the module)."""
+    def furthest(self, job_id: str, client_id: str, round_index: int | None) -> int:
+        """The furthest round the job's consumers reported, this one's ``round_index``
+        (None: none yet) included."""
         with self._lock:
             seen = self._seen.setdefault(job_id, {})
             if round_index is not None:
                 seen[client_id] = max(round_index, seen.get(client_id, 0))
-            furthest = max(seen.values(), default=0)
-            entries = self._schedules.setdefault(job_id, [])
-            slots = self._slots.setdefault(job_id, {})
-            for worker_id in alive:
-                slots.setdefault(worker_id, len(slots))
-            placed = [(worker_id, slots[worker_id]) for worker_id in alive]
-            run = ROUNDS_PER_READ
-            if placed and not entries:
-                entries.append((furthest // run * run, placed))
-            elif placed and entries[-1][1] != placed:
-                start = max(furthest + ROUND_LEAD, entries[-1][0] + run)
-                entries.append((-(-start // run) * run, placed))
-            return list(entries), furthest
+            return max(seen.values(), default=0)
 
     def run_outcome(self, job_id: str, client_id: str, start: int, received: bool,
                     wait_sec: float, live: set) -> str:
@@ -77,11 +88,11 @@ class Coordination:
 
     def coordinated(self, job_id: str) -> bool:
         with self._lock:
-            return job_id in self._schedules
+            return job_id in self._seen
 
     def keep(self, job_ids) -> None:
         """Forgets the jobs not in ``job_ids`` (removed)."""
         with self._lock:
-            for job_id in set(self._schedules) - set(job_ids):
-                for table in (self._schedules, self._slots, self._seen, self._outcomes):
+            for job_id in set(self._seen) - set(job_ids):
+                for table in (self._seen, self._outcomes):
                     table.pop(job_id, None)

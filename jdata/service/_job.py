@@ -57,7 +57,8 @@ class JobInfo(NamedTuple):
     orphaned: dict  # client_id -> units whose worker was lost, awaiting re-issue to it
     clients: dict  # client_id -> when it was last seen
     last_seen: float | None  # latest time any client was seen; None: never had one
-    placements: dict  # slot -> worker (shared and coordinated jobs)
+    placements: dict  # slot -> worker (shared jobs)
+    schedule: tuple  # (first round, ((slot, worker)...)) entries (coordinated jobs)
 
 
 class Job:
@@ -75,6 +76,8 @@ class Job:
         self.last_seen: float | None = None
         self.left_at: float | None = None  # when the last client left (None: one is here)
         self.placements: dict[int, str] = {}
+        # A coordinated job's entries (first round, ((slot, worker)...)), in order.
+        self.schedule: list[tuple[int, tuple]] = []
         # A restore's (conflicts, leased), by client id, for the dispatcher's reply.
         self.restored: dict[str, tuple[list, list]] = {}
 
@@ -328,7 +331,7 @@ class Job:
                        c.split_elements, self.units.done, _sorted(self.by_worker),
                        _sorted(self.orphans),
                        {cid: client.seen for cid, client in self.clients.items()},
-                       self.last_seen, dict(self.placements))
+                       self.last_seen, dict(self.placements), tuple(self.schedule))
 
 
 def _restore_unit(units, unit: int, index: int, want) -> str | None:

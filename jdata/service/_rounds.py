@@ -28,8 +28,8 @@ import time
 # A consumer that asks nothing for this long is counted out (here, and by the
 # dispatcher's agreement on runs, ``_run_outcomes``).
 CONSUMER_TIMEOUT_SEC = 10.0
-# Rounds are forgotten this long after their first request (a consumer that died never
-# takes its element)...
+# Rounds handed out are forgotten this long after their first request (a consumer that
+# died never takes its element)...
 _ROUND_TTL_SEC = 120.0
 # ... and rounds every consumer took are kept this many more: a consumer restored from a
 # state taken just before (its reads ahead were lost with it) reads them again.
@@ -178,7 +178,9 @@ class RoundBuffer:
         return min(r for r, e in self._rounds.items() if e[0] is None)
 
     def _expire(self, now: float) -> None:
-        for r in [r for r, e in self._rounds.items() if now - e[2] > _ROUND_TTL_SEC]:
+        # A round still waiting for its group keeps it: its consumers are in ``take``.
+        for r in [r for r, e in self._rounds.items()
+                  if e[0] is not None and now - e[2] > _ROUND_TTL_SEC]:
             del self._rounds[r]
 
     def close(self) -> None:

@@ -1,9 +1,9 @@
 """The reader of a coordinated job (``distribute(num_consumers=C, consumer_index=i)``).
 
 Consumers read in **rounds**: every consumer reads round ``r`` from the same
-(worker, slot), which hands consumer ``i`` the ``i``-th element of a group of
+(slot, worker), which hands consumer ``i`` the ``i``-th element of a group of
 ``C`` consecutive elements of the slot's stream (``_rounds.RoundBuffer``). The
-dispatcher's schedule says which (worker, slot) serves which rounds; a slot's
+dispatcher's schedule says which (slot, worker) serves which rounds; a slot's
 stream has its own randomness (a pure function of the key, the epoch and the
 slot, never of a worker's id). Rounds are read in runs of ``ROUNDS_PER_READ``
 (one request each), the next runs requested while one is read. A worker killed
@@ -18,6 +18,7 @@ import functools
 import time
 import uuid
 
+from jdata._errors import ServiceError
 from jdata.service import _blocks, _reader_states, _rounds, _session
 from jdata.service._messages import Mode, Register, Release
 from jdata.service.transport import cause
@@ -101,9 +102,14 @@ class RoundsReader:
 
     def _refresh_schedule(self) -> None:
         membership = self.session.membership
-        entries, furthest = self.transport.call(
-            "schedule", membership.job_id, membership.client_id,
-            self._round if self._schedule is not None else None)
+        reply = self.transport.call("schedule", membership.job_id, membership.client_id,
+                                    self._round if self._schedule is not None else None)
+        if reply is None:
+            raise ServiceError(
+                f"distribute: coordinated job {membership.job_id} is gone from the service "
+                "(its consumers were silent past its job_timeout); restore every consumer "
+                "from a checkpoint to run it again")
+        entries, furthest = reply
         if self._schedule is None and not self._restored:
             self._round = furthest  # a consumer joining a running job starts with the others
         self._schedule = entries
@@ -114,14 +120,14 @@ class RoundsReader:
             time.sleep(0.05)  # no worker yet: they are being replaced
 
     def _request_run(self, start: int):
-        """The request of the run of rounds from ``start`` to the (worker, slot) the
+        """The request of the run of rounds from ``start`` to the (slot, worker) the
         schedule names for it; ``None`` for a worker that is gone (its rounds are skipped,
         as by every consumer)."""
         placed = self._schedule[0][1]
         for first, entry in self._schedule:
             if first <= start:
                 placed = entry
-        worker_id, slot = placed[(start // self._run) % len(placed)]
+        slot, worker_id = placed[(start // self._run) % len(placed)]
         membership = self.session.membership
         spec = ReadSpec(membership.job_id, self._fingerprint, self._plan_ref, self._epoch, slot,
                         0, self._dnode.compression)

@@ -317,6 +317,25 @@ class SlotsPlaced:
 
 
 @dataclasses.dataclass(frozen=True)
+class RoundsScheduled:
+    """A coordinated job reads its rounds from ``first_round`` on from these (slot, worker)
+    pairs in turn, a run of rounds each (``_coordination``)."""
+
+    job_id: str
+    first_round: int
+    placements: tuple[tuple[int, str], ...]
+
+    def __post_init__(self):
+        _id(self, "job_id")
+        _count(self, "first_round")
+        _pairs(self, "placements", "worker")
+        workers = [worker_id for _, worker_id in self.placements]
+        if not workers or len(set(workers)) != len(workers):
+            _fail(self, "placements", self.placements,
+                  "a non-empty tuple that gives each worker once", ValueError)
+
+
+@dataclasses.dataclass(frozen=True)
 class NameEpoch:
     """The job name ran ``epoch`` (written as its job is removed): its next job runs a
     later one, also once a compacted journal holds none of that job's records."""
@@ -341,7 +360,7 @@ class JobRemoved:
 
 UPDATES = (JobCreated, WorkerJoined, WorkerLost, ClientJoined, ClientRestored, ClientSeen,
            LeasesGranted, UnitsDone, Committed, ClientReleased, ClientExpired,
-           LeasesReturned, SlotsPlaced, NameEpoch, JobRemoved)
+           LeasesReturned, SlotsPlaced, RoundsScheduled, NameEpoch, JobRemoved)
 _BY_NAME = {cls.__name__: cls for cls in UPDATES}
 # Fields that are tuples of pairs (JSON: lists of lists), and of ints.
 _PAIRS = frozenset({"leases", "offsets", "placements"})

@@ -24,7 +24,8 @@ import os
 import threading
 import time
 
-from jdata.service import _autocache_plans, _dispatcher_stats, _policies, _requests
+from jdata.service import _autocache_plans, _coordination, _dispatcher_stats, _policies
+from jdata.service import _requests
 from jdata.service import journal as journal_module
 from jdata.service import state as st
 from jdata.service._coordination import ROUND_LEAD as ROUND_LEAD
@@ -251,9 +252,23 @@ class Dispatcher:
         return self._decide(handler)
 
     def schedule(self, job_id: str, client_id: str, round_index: int | None) -> tuple:
-        """A coordinated job's schedule (``_coordination.Coordination.schedule``)."""
-        return self._coordination.schedule(job_id, client_id, round_index,
-                                           self._scaling.serving())
+        """A coordinated job's schedule (see ``_coordination``), entries added for the
+        workers serving now, and the furthest round its consumers reported; ``None``
+        for a job the service no longer has."""
+        furthest = self._coordination.furthest(job_id, client_id, round_index)
+        serving = self._scaling.serving()
+
+        def handler(apply):
+            if job_id not in self._state.jobs:
+                return None
+            alive = set(self._state.alive_workers())
+            entry = _coordination.next_entry(
+                job_id, self._state.ledger(job_id).schedule, furthest,
+                [worker_id for worker_id in serving if worker_id in alive])
+            if entry is not None:
+                apply(entry)
+            return list(self._state.ledger(job_id).schedule), furthest
+        return self._decide(handler)
 
     def run_outcome(self, job_id: str, client_id: str, start: int, received: bool,
                     wait_sec: float = 0.0) -> str:

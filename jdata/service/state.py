@@ -27,6 +27,7 @@ return updates without applying them; Ray only carries the calls.
 from __future__ import annotations
 
 from jdata.service._job import Job, JobInfo
+from jdata.service._messages import Mode
 from jdata.service._admission import admit as admit
 from jdata.service._policies import expire as expire
 from jdata.service._policies import grant as grant
@@ -44,6 +45,7 @@ from jdata.service._updates import JobRemoved as JobRemoved
 from jdata.service._updates import LeasesGranted as LeasesGranted
 from jdata.service._updates import LeasesReturned as LeasesReturned
 from jdata.service._updates import NameEpoch as NameEpoch
+from jdata.service._updates import RoundsScheduled as RoundsScheduled
 from jdata.service._updates import SlotsPlaced as SlotsPlaced
 from jdata.service._updates import UnitsDone as UnitsDone
 from jdata.service._updates import WorkerJoined as WorkerJoined
@@ -53,8 +55,8 @@ from jdata.service._updates import encode as encode
 
 __all__ = ["ClientExpired", "ClientJoined", "ClientReleased", "ClientRestored", "ClientSeen",
            "Committed", "DispatcherState", "JobCreated", "JobInfo", "JobRemoved",
-           "LeasesGranted", "LeasesReturned", "NameEpoch", "SlotsPlaced", "UnitsDone", "WorkerJoined",
-           "WorkerLost", "admit", "decode", "encode", "expire", "grant", "job_summary",
+           "LeasesGranted", "LeasesReturned", "NameEpoch", "RoundsScheduled", "SlotsPlaced",
+           "UnitsDone", "WorkerJoined", "WorkerLost", "admit", "decode", "encode", "expire", "grant", "job_summary",
            "place", "rebalance"]
 
 
@@ -168,6 +170,27 @@ class DispatcherState:
             if worker_id not in self._alive:
                 raise ValueError(f"SlotsPlaced: worker {worker_id!r} is not alive")
         job.placements.update(u.placements)
+
+    def _rounds_scheduled(self, u: RoundsScheduled) -> None:
+        job = self._job(u.job_id, "RoundsScheduled")
+        where = f"RoundsScheduled: {job.where()}"
+        if job.created.mode is not Mode.COORDINATED:
+            raise ValueError(f"{where} ({job.created.mode.value}) reads no rounds")
+        if job.schedule and u.first_round <= job.schedule[-1][0]:
+            raise ValueError(f"{where}: an entry from round {u.first_round} must start after "
+                             f"the last one's, {job.schedule[-1][0]}")
+        # A worker keeps its slot; a slot is one worker's.
+        slots = {worker_id: slot for _, placed in job.schedule for slot, worker_id in placed}
+        owners = {slot: worker_id for worker_id, slot in slots.items()}
+        for slot, worker_id in u.placements:
+            if worker_id not in self._alive:
+                raise ValueError(f"{where}: worker {worker_id!r} is not alive")
+            if slots.get(worker_id, slot) != slot:
+                raise ValueError(f"{where}: worker {worker_id!r} has slot "
+                                 f"{slots[worker_id]}, not {slot}")
+            if owners.get(slot, worker_id) != worker_id:
+                raise ValueError(f"{where}: slot {slot} is taken by worker {owners[slot]!r}")
+        job.schedule.append((u.first_round, u.placements))
 
     def _name_epoch(self, u: NameEpoch) -> None:
         self._latest[u.name] = max(self._latest.get(u.name, u.epoch), u.epoch)
@@ -293,5 +316,6 @@ _HANDLERS = {JobCreated: DispatcherState._job_created,
              ClientExpired: DispatcherState._client_expired,
              LeasesReturned: DispatcherState._leases_returned,
              SlotsPlaced: DispatcherState._slots_placed,
+             RoundsScheduled: DispatcherState._rounds_scheduled,
              NameEpoch: DispatcherState._name_epoch,
              JobRemoved: DispatcherState._job_removed}

@@ -459,3 +459,38 @@ def test_a_paused_shared_client_reads_on_at_its_positions(svc, tmp_path):
     slots = 2
     # Each slot's stream once at most (no element twice); what it skipped is counted.
     assert len(set(kept)) == len(kept) and len(kept) + job.lost == slots * 100
+
+
+def test_a_restarted_dispatcher_keeps_each_workers_coordinated_slot(svc):
+    """Found by the chaos run (seed 3003): slots lived in the dispatcher's memory, so after
+    a worker was replaced and the dispatcher killed the workers were numbered again: a
+    worker took a slot whose stream another had read, from its start, and one consumer read
+    groups of it while the other read on (58 rounds out of lock-step). The
+    schedule is journaled now: the restarted dispatcher gives the same one."""
+    from tests.service.test_service import _coordinated, _replicas
+
+    ray = _ray.ray_module()
+    its = [_coordinated(svc, "rounds-restart", i).iterator() for i in range(2)]
+    try:
+        victim = svc.status().workers[0]
+        (a, b), _ = _replicas(its, 20, at_step=5,
+                              action=lambda: os.kill(victim.pid, signal.SIGKILL))
+        _wait_for(lambda: victim.worker_id not in {w.worker_id for w in svc.status().workers}
+                  and len([w for w in svc.status().workers if w.state == "running"]) == 2,
+                  60, "the killed worker replaced")
+        job_id = next(j.job_id for j in svc.status().jobs if j.name == "rounds-restart")
+        (c, d), _ = _replicas(its, 90)  # past the entry of the new worker
+        before = ray.get(svc._dispatcher.schedule.remote(job_id, "probe", None))[0]
+        slots = {}  # a worker keeps its slot; the replacement takes a new one
+        for _, placed in before:
+            assert all(slots.setdefault(worker_id, slot) == slot for slot, worker_id in placed)
+        assert {s for s, _ in before[0][1]} == {0, 1} and {s for s, _ in before[-1][1]} == {1, 2}
+        (e, f), _ = _replicas(its, 30, at_step=5, action=lambda: os.kill(
+            svc.status().dispatcher.pid, signal.SIGKILL))
+        after = ray.get(svc._dispatcher.schedule.remote(job_id, "probe", None))[0]
+        assert after == before
+        for x, y in ((a, b), (c, d), (e, f)):
+            assert [q - p for p, q in zip(x, y)] == [1] * len(x)  # one group per round
+    finally:
+        for it in its:
+            it.close()

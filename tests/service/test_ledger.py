@@ -39,6 +39,7 @@ EXAMPLES = [
     S.ClientExpired("j", "c"),
     S.LeasesReturned("j", "c", ((1, 3),)),
     S.SlotsPlaced("j", ((0, "w"), (1, "v"))),
+    S.RoundsScheduled("j", 64, ((1, "w"), (0, "v"))),
     S.NameEpoch("train", 3),
     S.JobRemoved("j"),
 ]
@@ -167,6 +168,10 @@ def test_a_decoded_update_holds_tuples_a_position_and_a_mode():
     (lambda: S.ClientReleased("j", "c", ((0, -1),)), "offsets offset=-1"),
     (lambda: S.LeasesReturned("j", "c", [(0, 1)]), r"offsets=\[.*a tuple of"),
     (lambda: S.SlotsPlaced("j", ((0, 5),)), "placements worker_id=5"),
+    (lambda: S.RoundsScheduled("j", -8, ((0, "w"),)), "first_round=-8"),
+    (lambda: S.RoundsScheduled("j", 0, ()), "a non-empty tuple that gives each worker once"),
+    (lambda: S.RoundsScheduled("j", 0, ((0, "w"), (1, "w"))), "each worker once"),
+    (lambda: S.RoundsScheduled("j", 0, ((0, "w"), (0, "v"))), "gives each unit once"),
 ])
 def test_an_update_with_a_bad_field_is_refused_where_it_is_made(make, match):
     with pytest.raises((TypeError, ValueError), match=match):
@@ -285,6 +290,24 @@ def test_an_update_that_does_not_fit_the_state_raises_and_changes_nothing(update
         s.apply(update)
     assert summary(s) == before
     assert s.named("named") == ["k"] and s.ledger("j").lineages == {"lc": 0, "ld": 1}
+
+
+def test_a_coordinated_schedule_keeps_each_workers_slot_and_never_gives_one_twice():
+    s = _state(workers=("w0", "w1", "w2"), num_units=None, mode="coordinated")
+    s.apply(S.RoundsScheduled("j", 0, ((0, "w0"), (1, "w1"))))
+    s.apply(S.WorkerLost("w0"))
+    for update, match in [
+            (S.RoundsScheduled("j", 0, ((1, "w1"),)), "must start after the last one's, 0"),
+            (S.RoundsScheduled("j", 64, ((0, "w1"),)), "worker 'w1' has slot 1, not 0"),
+            (S.RoundsScheduled("j", 64, ((1, "w1"), (0, "w2"))), "slot 0 is taken by worker 'w0'"),
+            (S.RoundsScheduled("j", 64, ((1, "w1"), (2, "w0"))), "worker 'w0' is not alive")]:
+        with pytest.raises(ValueError, match=match):
+            s.apply(update)
+    s.apply(S.RoundsScheduled("j", 64, ((1, "w1"), (2, "w2"))))
+    assert s.job("j").schedule == ((0, ((0, "w0"), (1, "w1"))), (64, ((1, "w1"), (2, "w2"))))
+    other = _state(num_units=10, mode="dynamic")
+    with pytest.raises(ValueError, match=r"job 'j' \(dynamic\) reads no rounds"):
+        other.apply(S.RoundsScheduled("j", 0, ((0, "w0"),)))
 
 
 def test_apply_refuses_what_is_not_an_update():
