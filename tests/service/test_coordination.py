@@ -3,7 +3,12 @@ starts at the consumers' run, a change of workers starts a new one ``ROUND_LEAD`
 past the furthest consumer, and every worker keeps its slot; a new worker takes a slot
 nobody had."""
 
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from jdata.service import _coordination as co
+from jdata.service import _rounds_reader as reader
 from jdata.service import state as S
 
 
@@ -51,3 +56,86 @@ def test_every_entry_it_makes_fits_the_ledger():
         s.apply(entry)  # validated by the ledger: slots kept, none given twice
     slots = [slot for _, placed in s.job("j").schedule for slot, _ in placed]
     assert sorted(set(slots)) == [0, 1, 2, 3, 4]
+
+
+class ScheduleMachine(RuleBasedStateMachine):
+    """Workers join and die, the dispatcher restarts from its journal (forgetting the
+    rounds consumers reported), and consumers read rounds as ``_rounds_reader`` does: they
+    fetch the schedule every ``ROUND_LEAD // 4`` rounds (reporting their round) and request
+    the runs ``_RUNS_AHEAD`` ahead of theirs from the schedule they know. A round goes out
+    once every consumer asked for it, so none reads more than those runs past another.
+    Every run must go to the same (slot, worker) for every consumer."""
+
+    CONSUMERS = 3
+
+    @initialize(workers=st.integers(1, 3))
+    def start(self, workers):
+        self.state, self.history = S.DispatcherState(), []
+        self.coordination = co.Coordination()
+        self.workers = 0
+        self._apply(S.JobCreated("j", "n", "fp", 0, "coordinated", None, None))
+        for _ in range(workers):
+            self.add_worker()
+        self.rounds = [0] * self.CONSUMERS
+        self.known = [None] * self.CONSUMERS  # the schedule each consumer fetched last
+        self.until = [0] * self.CONSUMERS
+        self.placed: dict[int, tuple] = {}  # a run's first round -> where it was read
+
+    def _apply(self, update):
+        self.state.apply(update)
+        self.history.append(update)
+
+    @rule()
+    def add_worker(self):
+        self.workers += 1
+        self._apply(S.WorkerJoined(f"w{self.workers}"))
+
+    @rule(index=st.integers(0, 5))
+    def lose_worker(self, index):
+        alive = self.state.alive_workers()
+        if len(alive) > 1:
+            self._apply(S.WorkerLost(alive[index % len(alive)]))
+
+    @rule()
+    def restart_dispatcher(self):
+        self.state = S.DispatcherState()
+        for update in self.history:
+            self.state.apply(S.decode(S.encode(update)))
+        self.coordination = co.Coordination()
+
+    @rule(consumer=st.integers(0, CONSUMERS - 1))
+    def read_a_round(self, consumer):
+        r, run = self.rounds[consumer], co.ROUNDS_PER_READ
+        if r >= min(self.rounds) + (reader._RUNS_AHEAD - 1) * run:
+            return  # its round waits for the others to ask for it
+        if self.known[consumer] is None or r >= self.until[consumer]:
+            furthest = self.coordination.furthest(
+                "j", f"c{consumer}", r if self.known[consumer] is not None else None)
+            entry = co.next_entry("j", list(self.state.ledger("j").schedule), furthest,
+                                  list(self.state.alive_workers()))
+            if entry is not None:
+                self._apply(entry)
+            self.known[consumer] = list(self.state.ledger("j").schedule)
+            self.until[consumer] = r + co.ROUND_LEAD // 4
+        first = r - r % run
+        for start in range(first, first + reader._RUNS_AHEAD * run, run):
+            placed = self.known[consumer][0][1]  # as the reader picks its entry
+            for entry_first, entry_placed in self.known[consumer]:
+                if entry_first <= start:
+                    placed = entry_placed
+            where = placed[(start // run) % len(placed)]
+            assert self.placed.setdefault(start, where) == where, (start, where)
+        self.rounds[consumer] += 1
+
+    @invariant()
+    def every_worker_keeps_one_slot_and_every_slot_one_worker(self):
+        if not hasattr(self, "state"):
+            return
+        pairs = {pair for _, placed in self.state.ledger("j").schedule for pair in placed}
+        assert len({w for _, w in pairs}) == len({s for s, _ in pairs}) == len(pairs)
+
+
+ScheduleMachine.TestCase.settings = settings(
+    max_examples=200, stateful_step_count=80, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+test_every_consumer_reads_each_run_from_one_place = ScheduleMachine.TestCase
