@@ -19,120 +19,10 @@ True
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from jdata.service._messages import Mode, Position
-
-# Unit numbers and offsets stay below this (an unbounded job's units are counted too).
-MAX_UNIT = 1 << 62
-
-
-def _fail(owner, name: str, value, what: str, error=TypeError):
-    raise error(f"{type(owner).__name__}: {name}={value!r} must be {what}")
-
-
-_FIELD = object()  # "the field's own value" (a part of a field is passed explicitly)
-
-
-def _id(owner, name: str, value=_FIELD) -> None:
-    value = getattr(owner, name) if value is _FIELD else value
-    if not isinstance(value, str) or not value:
-        _fail(owner, name, value, "a non-empty str")
-
-
-def _count(owner, name: str, value=_FIELD) -> None:
-    value = getattr(owner, name) if value is _FIELD else value
-    if type(value) is not int:
-        _fail(owner, name, value, "an int >= 0")
-    if not 0 <= value < MAX_UNIT:
-        _fail(owner, name, value, f"an int in [0, {MAX_UNIT})", ValueError)
-
-
-def _time(owner) -> None:
-    value = owner.time
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        _fail(owner, "time", value, "a finite float")
-    object.__setattr__(owner, "time", float(value))  # JSON may hand back an int
-
-
-def _units(owner, name: str, units) -> None:
-    """Unit numbers, each at most once (a unit is leased, done or returned once)."""
-    if not isinstance(units, tuple):
-        _fail(owner, name, units, "a tuple")
-    # The hot path of granting and replaying: one cheap pass when all is well.
-    if not all(type(u) is int for u in units) or (units and not 0 <= min(units) <= max(units)
-                                                  < MAX_UNIT):
-        for unit in units:
-            _count(owner, name, unit)
-    if len(set(units)) != len(units):
-        _fail(owner, name, units, "a tuple that gives each unit once", ValueError)
-
-
-def _pairs(owner, name: str, second: str, pairs=None) -> tuple:
-    """A tuple of ``(unit, x)`` pairs, each unit once; ``second`` is "worker" or "count"."""
-    pairs = getattr(owner, name) if pairs is None else pairs
-    if not isinstance(pairs, tuple) or not all(
-            isinstance(p, tuple) and len(p) == 2 for p in pairs):
-        _fail(owner, name, pairs, f"a tuple of (unit, {second}) tuples")
-    _units(owner, f"{name} units", tuple(p[0] for p in pairs))
-    for _, value in pairs:
-        if second == "worker":
-            _id(owner, f"{name} worker_id", value)
-        else:
-            _count(owner, f"{name} {second}", value)
-    return pairs
-
-
-def _triples(owner, name: str, triples) -> None:
-    """``(unit, start, stop)`` parts, each unit once, ``start <= stop``."""
-    if not isinstance(triples, tuple) or not all(
-            isinstance(t, tuple) and len(t) == 3 for t in triples):
-        _fail(owner, name, triples, "a tuple of (unit, start, stop) tuples")
-    _units(owner, f"{name} units", tuple(t[0] for t in triples))
-    for _, start, stop in triples:
-        _count(owner, name, start)
-        _count(owner, name, stop)
-        if start > stop:
-            _fail(owner, name, (start, stop), "a part with start <= stop", ValueError)
-
-
-def _position(owner, name: str, optional: bool = False) -> None:
-    """A ``Position`` (a dict of its fields, from JSON, becomes one)."""
-    value = getattr(owner, name)
-    if value is None and optional:
-        return
-    if isinstance(value, dict):
-        if set(value) != {"done", "done_from", "partial"}:
-            _fail(owner, name, value, "a position's fields: done, done_from, partial",
-                  ValueError)
-        value = Position(*(_tuples(value[k]) for k in ("done", "done_from", "partial")))
-        object.__setattr__(owner, name, value)
-    if not isinstance(value, Position):
-        _fail(owner, name, value, "a Position")
-    _ranges(owner, f"{name}.done", value.done)
-    _pairs(owner, f"{name}.done_from", "start", value.done_from)
-    _triples(owner, f"{name}.partial", value.partial)
-
-
-def _tuples(value):
-    if not isinstance(value, list):
-        return value
-    return tuple(tuple(item) if isinstance(item, list) else item for item in value)
-
-
-def _ranges(owner, name: str, pairs) -> None:
-    """Sorted, disjoint ``[start, stop)`` ranges."""
-    if not isinstance(pairs, tuple) or not all(
-            isinstance(p, tuple) and len(p) == 2 for p in pairs):
-        _fail(owner, name, pairs, "a tuple of (start, stop) tuples")
-    last = -1
-    for start, stop in pairs:
-        _count(owner, name, start)
-        _count(owner, name, stop)
-        if not last <= start < stop:
-            _fail(owner, name, pairs, "sorted, disjoint, non-empty [start, stop) ranges",
-                  ValueError)
-        last = stop
+from jdata.service import _fields as f
+from jdata.service._fields import MAX_UNIT as MAX_UNIT
+from jdata.service._messages import Mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,8 +33,8 @@ class _OfClient:
     client_id: str
 
     def __post_init__(self):
-        _id(self, "job_id")
-        _id(self, "client_id")
+        f.ident(self, "job_id")
+        f.ident(self, "client_id")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +45,7 @@ class _Offsets(_OfClient):
 
     def __post_init__(self):
         super().__post_init__()
-        _pairs(self, "offsets", "offset")
+        f.pairs(self, "offsets", "offset")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,18 +62,18 @@ class JobCreated:
     split_elements: int | None
 
     def __post_init__(self):
-        _id(self, "job_id")
+        f.ident(self, "job_id")
         if self.name is not None:
-            _id(self, "name")
+            f.ident(self, "name")
         if not isinstance(self.fingerprint, str):
-            _fail(self, "fingerprint", self.fingerprint, "a str")
-        _count(self, "epoch")
+            f.fail(self, "fingerprint", self.fingerprint, "a str")
+        f.count(self, "epoch")
         if self.mode not in tuple(Mode):
-            _fail(self, "mode", self.mode, f"one of {[m.value for m in Mode]}", ValueError)
+            f.fail(self, "mode", self.mode, f"one of {[m.value for m in Mode]}", ValueError)
         object.__setattr__(self, "mode", Mode(self.mode))
         for name in ("num_units", "split_elements"):
             if getattr(self, name) is not None:
-                _count(self, name)
+                f.count(self, name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +83,7 @@ class WorkerJoined:
     worker_id: str
 
     def __post_init__(self):
-        _id(self, "worker_id")
+        f.ident(self, "worker_id")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +93,7 @@ class WorkerLost:
     worker_id: str
 
     def __post_init__(self):
-        _id(self, "worker_id")
+        f.ident(self, "worker_id")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,8 +105,8 @@ class ClientJoined(_OfClient):
 
     def __post_init__(self):
         super().__post_init__()
-        _id(self, "lineage")
-        _time(self)
+        f.ident(self, "lineage")
+        f.finite_time(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,10 +124,10 @@ class ClientRestored(_OfClient):
 
     def __post_init__(self):
         super().__post_init__()
-        _id(self, "lineage")
-        _time(self)
-        _position(self, "position")
-        _position(self, "committed", optional=True)
+        f.ident(self, "lineage")
+        f.finite_time(self)
+        f.position(self, "position")
+        f.position(self, "committed", optional=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +138,7 @@ class ClientSeen(_OfClient):
 
     def __post_init__(self):
         super().__post_init__()
-        _time(self)
+        f.finite_time(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +149,7 @@ class LeasesGranted(_OfClient):
 
     def __post_init__(self):
         super().__post_init__()
-        _pairs(self, "leases", "worker")
+        f.pairs(self, "leases", "worker")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +161,7 @@ class UnitsDone(_OfClient):
 
     def __post_init__(self):
         super().__post_init__()
-        _units(self, "units", self.units)
+        f.units(self, "units", self.units)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +173,7 @@ class Committed(_OfClient):
 
     def __post_init__(self):
         super().__post_init__()
-        _position(self, "position")
+        f.position(self, "position")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,8 +202,8 @@ class SlotsPlaced:
     placements: tuple[tuple[int, str], ...]
 
     def __post_init__(self):
-        _id(self, "job_id")
-        _pairs(self, "placements", "worker")
+        f.ident(self, "job_id")
+        f.pairs(self, "placements", "worker")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,13 +216,13 @@ class RoundsScheduled:
     placements: tuple[tuple[int, str], ...]
 
     def __post_init__(self):
-        _id(self, "job_id")
-        _count(self, "first_round")
-        _pairs(self, "placements", "worker")
+        f.ident(self, "job_id")
+        f.count(self, "first_round")
+        f.pairs(self, "placements", "worker")
         workers = [worker_id for _, worker_id in self.placements]
         if not workers or len(set(workers)) != len(workers):
-            _fail(self, "placements", self.placements,
-                  "a non-empty tuple that gives each worker once", ValueError)
+            f.fail(self, "placements", self.placements,
+                   "a non-empty tuple that gives each worker once", ValueError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,8 +234,8 @@ class NameEpoch:
     epoch: int
 
     def __post_init__(self):
-        _id(self, "name")
-        _count(self, "epoch")
+        f.ident(self, "name")
+        f.count(self, "epoch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,7 +245,7 @@ class JobRemoved:
     job_id: str
 
     def __post_init__(self):
-        _id(self, "job_id")
+        f.ident(self, "job_id")
 
 
 UPDATES = (JobCreated, WorkerJoined, WorkerLost, ClientJoined, ClientRestored, ClientSeen,
