@@ -53,7 +53,7 @@ _NODE_SHARE, _NAMED_SHARE, _BAD_SHARE = 0.15, 0.4, 0.3  # of the schedules
 _SHOWN = 20  # elements named per violation; the counts say how many in all
 
 
-def draw(seed: int, kinds=KINDS, quick: bool = False, modes=LEASED) -> dict:
+def draw(seed: int, kinds=KINDS, quick: bool = False, modes=MODES) -> dict:
     """Schedule ``seed`` (a pure function of it and ``modes``): the job, the pipeline and
     the faults."""
     rng = random.Random(seed)

@@ -3,7 +3,7 @@
 ``python -m benchmarks.service_chaos --schedules 200 --seed 0 [--quick] [--out report.json]``
 
 Schedule ``i`` is drawn from ``random.Random(seed + i)`` (``draw``): a mode (dynamic,
-static, off with 2 or 3 slots by default; shared and coordinated with ``--modes``), a job that is named
+static, off with 2 or 3 slots, shared, coordinated; ``--modes`` picks some), a job that is named
 (two trainers; a coordinated job's two consumers) or anonymous (one; a shared job's one
 trainer under a name), a small pipeline (``tests.service.trainer.pipeline``, 200 to 400
 elements, 10 to 20 per split, sometimes an element Ray cannot pickle) and 1 to 3 faults of docs/service.md's
@@ -382,7 +382,7 @@ class _Nodes(_Env):
 
 
 def run(schedules: int, seed: int = 0, quick: bool = False, kinds=KINDS,
-        out: str | None = None, keep: bool = False, modes=check.LEASED) -> dict:
+        out: str | None = None, keep: bool = False, modes=check.MODES) -> dict:
     """Runs schedules ``seed`` .. ``seed + schedules - 1`` (the one-node ones on one
     service, then those removing a node on a cluster); prints and returns the report.
     The trainers' logs are kept where a violation was found (or with ``keep``)."""
@@ -427,7 +427,7 @@ def main(argv=None) -> dict:
                         help="shorter epochs, at most 2 faults, no node removal")
     parser.add_argument("--kinds", default=None,
                         help=f"comma-separated fault kinds to draw from (of {','.join(KINDS)})")
-    parser.add_argument("--modes", default=",".join(check.LEASED),
+    parser.add_argument("--modes", default=",".join(check.MODES),
                         help=f"comma-separated modes to draw from (of {','.join(check.MODES)})")
     parser.add_argument("--out", default=None, help="write the report as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the trainers' logs")
