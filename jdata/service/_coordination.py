@@ -11,7 +11,8 @@ every ``ROUND_LEAD // 4`` rounds): they all read each round from the same place.
 worker keeps its slot across entries; a new worker takes the next slot number (never
 a dead worker's, whose stream's start was read), so a slot's stream (its randomness)
 never depends on which worker runs it. The furthest rounds consumers reported are
-kept here only: a restarted dispatcher learns them again from the consumers' next asks.
+kept here only: a restarted dispatcher learns them again from the consumers' next asks,
+and adds no entry before (it could start behind a consumer's requests).
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ ROUNDS_PER_READ = 8
 ROUND_LEAD = 64
 
 
-def next_entry(job_id: str, schedule: list, furthest: int,
+def next_entry(job_id: str, schedule: list, furthest: int | None,
                alive: list[str]) -> RoundsScheduled | None:
-    """The entry a job's ``schedule`` needs for workers ``alive`` (None: it has it),
-    with consumers up to round ``furthest``."""
-    if not alive:
+    """The entry a job's ``schedule`` needs for workers ``alive`` (None: it has it, or
+    it must wait), with consumers up to round ``furthest`` (None: none reported one to
+    this dispatcher yet; a restarted one then keeps the schedule as it is, as an entry
+    must start past every consumer)."""
+    if not alive or (schedule and furthest is None):
         return None
+    furthest = furthest or 0
     slots = {worker_id: slot for _, placed in schedule for slot, worker_id in placed}
     fresh = max(slots.values(), default=-1) + 1
     for worker_id in alive:
@@ -57,14 +61,14 @@ class Coordination:
         self._seen: dict[str, dict[str, int]] = {}  # job -> client -> its round
         self._outcomes: dict[str, _run_outcomes.Outcomes] = {}
 
-    def furthest(self, job_id: str, client_id: str, round_index: int | None) -> int:
+    def furthest(self, job_id: str, client_id: str, round_index: int | None) -> int | None:
         """The furthest round the job's consumers reported, this one's ``round_index``
-        (None: none yet) included."""
+        (None: it knows none yet) included; None if none reported one."""
         with self._lock:
             seen = self._seen.setdefault(job_id, {})
             if round_index is not None:
                 seen[client_id] = max(round_index, seen.get(client_id, 0))
-            return max(seen.values(), default=0)
+            return max(seen.values(), default=None)
 
     def run_outcome(self, job_id: str, client_id: str, start: int, received: bool,
                     wait_sec: float, live: set) -> str:

@@ -103,7 +103,8 @@ class RoundsReader:
     def _refresh_schedule(self) -> None:
         membership = self.session.membership
         reply = self.transport.call("schedule", membership.job_id, membership.client_id,
-                                    self._round if self._schedule is not None else None)
+                                    reported_round(self._round, self._schedule is not None,
+                                                   self._restored))
         if reply is None:
             raise ServiceError(
                 f"distribute: coordinated job {membership.job_id} is gone from the service "
@@ -191,6 +192,13 @@ class RoundsReader:
         if self.session is not None and self.session.closing():
             membership = self.session.membership
             self.transport.tell("release", Release(membership.job_id, membership.client_id))
+
+
+def reported_round(round_index: int, reading: bool, restored: bool) -> int | None:
+    """The round a consumer reports when it asks for the schedule: its own once it reads
+    or was restored (a restarted dispatcher places new workers past it), None for one
+    that joins a running job (it starts at the furthest consumer's)."""
+    return round_index if reading or restored else None
 
 
 def _report_arrival(transport, job_id: str, client_id: str, start: int, future) -> None:

@@ -267,7 +267,7 @@ class Dispatcher:
                 [worker_id for worker_id in serving if worker_id in alive])
             if entry is not None:
                 apply(entry)
-            return list(self._state.ledger(job_id).schedule), furthest
+            return list(self._state.ledger(job_id).schedule), furthest or 0
         return self._decide(handler)
 
     def run_outcome(self, job_id: str, client_id: str, start: int, received: bool,

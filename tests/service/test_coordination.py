@@ -60,9 +60,10 @@ def test_every_entry_it_makes_fits_the_ledger():
 
 class ScheduleMachine(RuleBasedStateMachine):
     """Workers join and die, the dispatcher restarts from its journal (forgetting the
-    rounds consumers reported), and consumers read rounds as ``_rounds_reader`` does: they
-    fetch the schedule every ``ROUND_LEAD // 4`` rounds (reporting their round) and request
-    the runs ``_RUNS_AHEAD`` ahead of theirs from the schedule they know. A round goes out
+    rounds consumers reported), consumers are restored from earlier rounds, and they read
+    rounds as ``_rounds_reader`` does: they fetch the schedule every ``ROUND_LEAD // 4``
+    rounds (reporting their round) and request the runs ``_RUNS_AHEAD`` ahead of theirs
+    from the schedule they know. A round goes out
     once every consumer asked for it, so none reads more than those runs past another.
     Every run must go to the same (slot, worker) for every consumer."""
 
@@ -79,6 +80,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.rounds = [0] * self.CONSUMERS
         self.known = [None] * self.CONSUMERS  # the schedule each consumer fetched last
         self.until = [0] * self.CONSUMERS
+        self.restored = [False] * self.CONSUMERS
         self.placed: dict[int, tuple] = {}  # a run's first round -> where it was read
 
     def _apply(self, update):
@@ -103,14 +105,25 @@ class ScheduleMachine(RuleBasedStateMachine):
             self.state.apply(S.decode(S.encode(update)))
         self.coordination = co.Coordination()
 
-    @rule(consumer=st.integers(0, CONSUMERS - 1))
-    def read_a_round(self, consumer):
+    @rule(consumer=st.integers(0, CONSUMERS - 1), back=st.integers(0, 40))
+    def restore_a_consumer(self, consumer, back):
+        """Killed, and restored from a state taken ``back`` rounds ago: a new reader."""
+        self.rounds[consumer] = max(0, self.rounds[consumer] - back)
+        self.known[consumer], self.restored[consumer] = None, True
+
+    @rule(consumer=st.integers(0, CONSUMERS - 1), rounds=st.integers(1, 24))
+    def read_rounds(self, consumer, rounds):
+        for _ in range(rounds):
+            if not self._read_a_round(consumer):
+                return
+
+    def _read_a_round(self, consumer) -> bool:
         r, run = self.rounds[consumer], co.ROUNDS_PER_READ
         if r >= min(self.rounds) + (reader._RUNS_AHEAD - 1) * run:
-            return  # its round waits for the others to ask for it
+            return False  # its round waits for the others to ask for it
         if self.known[consumer] is None or r >= self.until[consumer]:
-            furthest = self.coordination.furthest(
-                "j", f"c{consumer}", r if self.known[consumer] is not None else None)
+            furthest = self.coordination.furthest("j", f"c{consumer}", reader.reported_round(
+                r, self.known[consumer] is not None, self.restored[consumer]))
             entry = co.next_entry("j", list(self.state.ledger("j").schedule), furthest,
                                   list(self.state.alive_workers()))
             if entry is not None:
@@ -126,6 +139,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             where = placed[(start // run) % len(placed)]
             assert self.placed.setdefault(start, where) == where, (start, where)
         self.rounds[consumer] += 1
+        return True
 
     @invariant()
     def every_worker_keeps_one_slot_and_every_slot_one_worker(self):
@@ -139,3 +153,24 @@ ScheduleMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=80, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_every_consumer_reads_each_run_from_one_place = ScheduleMachine.TestCase
+
+
+def test_a_restarted_dispatcher_places_no_entry_behind_a_restored_consumer():
+    """Found by the chaos run (seed 110): a consumer restored after the dispatcher restarted
+    reported no round, so the dispatcher took 0 for the furthest and placed the workers left
+    after a rescale from round 64, behind the rounds the others had requested: 48 rounds
+    read from two slots. A restored consumer reports its round now, and a restarted
+    dispatcher adds no entry before a consumer reported one."""
+    world = ScheduleMachine()
+    world.start(workers=2)
+    for _ in range(10):
+        for consumer in range(3):
+            world.read_rounds(consumer, 12)
+    assert world.rounds == [120] * 3
+    world.restart_dispatcher()
+    world.lose_worker(0)
+    world.restore_a_consumer(0, 4)
+    for consumer in range(3):
+        world.read_rounds(consumer, 12)  # every run read from one place (asserted inside)
+    assert world.state.ledger("j").schedule[-1] == (184, ((1, "w2"),))
+    assert co.next_entry("j", world.state.ledger("j").schedule, None, ["w3"]) is None
