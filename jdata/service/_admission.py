@@ -46,6 +46,11 @@ def admit(state, request: Register, *, now: float, job_id: str, client_id: str,
                                   mode=request.mode, num_units=plan.num_units,
                                   split_elements=plan.split_elements))
     resume = request.resume
+    again = state.ledger(found).live.get(request.lineage) if found is not None else None
+    if resume is None and again is not None:
+        # A retried call whose reply was lost (the dispatcher killed after it journaled
+        # the join): the same client, as the lineage is the reader's own.
+        return [], Registered(job_id, again, epoch, plan, client_timeout)
     if resume is None:
         updates.append(ClientJoined(job_id=job_id, client_id=client_id,
                                     lineage=request.lineage, time=now))

@@ -222,6 +222,11 @@ class LeaseCore:
 
     # ------------------------------------------------------------ decisions
 
+    def on_workers(self) -> tuple[int, ...]:
+        """The held units it reads or read whole: any other lease the dispatcher holds
+        for it on a worker reached it in no reply (``LeaseRequest.held``)."""
+        return tuple(u for u, h in self.held.items() if h.reading or h.ended)
+
     @property
     def capacity(self) -> int:
         return self.reads_per_worker * max(self.workers, 1)

@@ -183,7 +183,8 @@ class LeaseReader:
         sent = time.monotonic()
         reply = self.transport.call("lease", LeaseRequest(
             membership.job_id, membership.client_id, want, max_held, tuple(core.to_report),
-            tuple(core.to_return), waiting=not any(h.buffer for h in core.held.values())))
+            tuple(core.to_return), waiting=not any(h.buffer for h in core.held.values()),
+            held=core.on_workers()))
         if reply.standing is not Standing.OK:
             self._rejoin(reply.standing)
             return

@@ -138,7 +138,10 @@ class Grant:
 @dataclasses.dataclass(frozen=True)
 class LeaseRequest:
     """Report ``done`` units (yielded whole) and give ``returned`` ones back (``(unit,
-    offset)``), then lease up to ``want`` more while holding at most ``max_held``."""
+    offset)``), then lease up to ``want`` more while holding at most ``max_held``.
+    ``held``: the units the client reads or read whole (None: not told); the ledger's
+    other leases of it on a worker, granted by a call whose reply it never got (or
+    re-issued so), come back with the grants."""
 
     job_id: str
     client_id: str
@@ -147,6 +150,7 @@ class LeaseRequest:
     done: tuple[int, ...] = ()
     returned: tuple[tuple[int, int], ...] = ()
     waiting: bool = False  # it has nothing to yield: a peer idle on units may hand them over
+    held: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,8 +64,13 @@ def lease(state, request: LeaseRequest, apply, *, now: float,
     if granted is not None:
         apply(granted)
     job = state.ledger(job_id)
+    leases = list(granted.leases if granted else ())
+    if request.held is not None:  # leases whose reply it never got come again
+        known = set(request.held) | {unit for unit, _ in leases}
+        leases += [(unit, worker_id) for unit, worker_id in state.leases_of(job_id, client_id)
+                   if worker_id is not None and unit not in known]
     grants = tuple(Grant(unit, worker_id, job.leases[unit].offset)
-                   for unit, worker_id in (granted.leases if granted else ()))
+                   for unit, worker_id in leases)
     others = sum(len(units) for c, units in job.by_client.items() if c != client_id)
     return LeaseReply(Standing.OK, grants, state.finished(job_id, client_id),
                       _policies.rebalance(state, job_id, client_id),

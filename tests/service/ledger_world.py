@@ -198,14 +198,16 @@ class World:
         client.core.arrived(unit, [(client.epoch, unit, held.received + i) for i in range(n)],
                             ())
 
-    def _lease(self, client: Client) -> None:
+    def _lease(self, client: Client, reply_lost: bool = False) -> None:
         want, max_held = client.core.lease_size()
         request = LeaseRequest(client.job_id, client.client_id, want, max_held,
                                tuple(client.core.to_report), tuple(client.core.to_return),
-                               waiting=True)
+                               waiting=True, held=client.core.on_workers())
         reply = _requests.lease(self.state, request, self.apply, now=self.now,
                                 exclude=frozenset(self.draining), spread=self.spread)
         self.spread.update(grant.worker_id for grant in reply.grants)
+        if reply_lost:  # the dispatcher was killed before it answered: the call is retried
+            return
         if reply.standing is not Standing.OK:
             self._resume(client, reply.standing)
             return
@@ -217,6 +219,12 @@ class World:
             client.reads[grant.unit] = grant.worker_id
         client.core.leased(len(reply.grants), reply.finished, reply.workers, reply.give_back,
                            reply.drained)
+
+    def lose_a_lease_reply(self, client: Client) -> None:
+        """A lease the dispatcher decided and journaled whose reply never came (it was
+        killed first, or the call timed out): the client asks again as it was."""
+        if client.alive and not client.ended and client.job_id is not None:
+            self._lease(client, reply_lost=True)
 
     def _resume(self, client: Client, standing: Standing) -> None:
         """A paused consumer found itself expired: it resumes where it stands if no other

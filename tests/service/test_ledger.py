@@ -103,9 +103,9 @@ class Dispatcher:
                                   job_id=f"job{self._ids}", client_id=f"c{self._ids}",
                                   client_timeout=10.0)
 
-    def lease(self, reg, want=4, max_held=4, done=()):
+    def lease(self, reg, want=4, max_held=4, done=(), held=None):
         reply = _requests.lease(self.state, LeaseRequest(reg.job_id, reg.client_id, want,
-                                                         max_held, done),
+                                                         max_held, done, held=held),
                                 self.apply, now=self.now, spread=self.spread)
         self.spread.update(grant.worker_id for grant in reply.grants)  # as the dispatcher
         return reply
@@ -1049,3 +1049,29 @@ def test_job_summary_counts_what_a_status_page_shows():
     assert S.job_summary(s.job("j")) == {
         "job_id": "j", "name": None, "epoch": 0, "mode": "dynamic", "num_splits": 10,
         "done": 0, "leased": 2, "orphaned": 1, "clients": 1}
+
+
+def test_leases_whose_reply_was_lost_come_again_with_the_next_grants():
+    # Found by the chaos run (seed 140): the dispatcher journaled a lease and was killed
+    # before it answered; the retried call granted other units, and the first ones stayed
+    # leased to a live client that never read them: both trainers waited for them forever.
+    d = Dispatcher()
+    reg = d.register(plan=JobPlan(6), lineage="a")
+    lost = [g.unit for g in d.lease(reg, want=2).grants]  # the reply never came
+    again = d.lease(reg, want=1, held=())
+    assert sorted(g.unit for g in again.grants) == sorted(lost + [2]) and lost == [0, 1]
+    assert all(g.offset == 0 for g in again.grants)
+    known = d.lease(reg, want=1, held=(0, 1, 2))  # what it holds is not sent again
+    assert [g.unit for g in known.grants] == [3]
+    assert [g.unit for g in d.lease(reg, want=1, max_held=8).grants] == [4]  # None: not told
+
+
+def test_a_join_whose_reply_was_lost_gets_the_same_client_again():
+    # The dispatcher journaled the join and was killed before it answered: the retried
+    # call was refused ("lineage is known") and the trainer failed.
+    d = Dispatcher()
+    first = d.register(lineage="a")
+    count = len(d.applied)
+    again = d.register(lineage="a")
+    assert (again.job_id, again.client_id) == (first.job_id, first.client_id)
+    assert len(d.applied) == count  # nothing new in the journal

@@ -3,8 +3,8 @@
 A ``RuleBasedStateMachine`` plays workers joining, dying and draining,
 consumers of named and anonymous jobs in every leasing mode leasing, reading,
 yielding, committing (``get_state``), closing, being killed or paused past
-their timeout, lineages restored from any earlier commit, and the dispatcher
-restarting from its journal, over the real ``_requests``, policies, state and
+their timeout, losing a lease's reply (the dispatcher killed after it journaled),
+lineages restored from any earlier commit, and the dispatcher restarting from its journal, over the real ``_requests``, policies, state and
 ``LeaseCore`` (``tests/service/ledger_world.py`` only plays the I/O). At the
 end every consumer runs to its epoch's end and every finished epoch must hold
 each element exactly once across what its consumers keep, but for the units a
@@ -59,6 +59,11 @@ class LedgerMachine(RuleBasedStateMachine):
     def hand_off(self, index):
         if (client := self._client(index)) is not None:
             self.world.hand_off(client)
+
+    @rule(index=st.integers(0, 15))
+    def lose_a_lease_reply(self, index):
+        if (client := self._client(index)) is not None:
+            self.world.lose_a_lease_reply(client)
 
     @rule(index=st.integers(0, 15))
     def kill(self, index):
