@@ -90,10 +90,6 @@ class Coordination:
                     return outcome
                 self._reported.wait(left)
 
-    def coordinated(self, job_id: str) -> bool:
-        with self._lock:
-            return job_id in self._seen
-
     def keep(self, job_ids) -> None:
         """Forgets the jobs not in ``job_ids`` (removed)."""
         with self._lock:

@@ -79,7 +79,7 @@ class Stats:
                             self.workers.rate(worker_id, "bytes"),
                             self.workers.rate(worker_id, "busy_sec"))
 
-    def job_status(self, info, workers, coordinated: bool, conflicts: dict) -> JobStatus:
+    def job_status(self, info, workers, conflicts: dict) -> JobStatus:
         """A job's summary, with its clients' recent rates (their heartbeats' reports)
         and, for a shared or coordinated job, its buffers on the workers. Losses and
         duplicates count every client the job had (and ``conflicts`` its restores')."""
@@ -107,6 +107,6 @@ class Stats:
                 "duplicated": total("duplicated", every) + conflicts.get("duplicated", 0),
                 "window_bytes": sum(w["window_bytes"] for w in windows),
                 "computed": sum(w["produced"] for w in windows),
-                "coordinated": coordinated or info.mode == "coordinated",
+                "coordinated": info.mode == "coordinated",
                 "rounds": rounds, "skipped_rounds": total("skipped_rounds"),
                 "round_wait_sec": total("round_wait_sec") / max(1, rounds)})

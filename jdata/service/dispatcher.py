@@ -337,9 +337,7 @@ class Dispatcher:
         self._stats.workers.keep(lambda key: key in alive)
         with self._ledger_lock:
             infos = [self._state.job(job_id) for job_id in self._state.jobs]
-        jobs = [self._stats.job_status(info, alive,
-                                       self._coordination.coordinated(info.job_id),
-                                       self._conflicts.get(info.job_id, {}))
+        jobs = [self._stats.job_status(info, alive, self._conflicts.get(info.job_id, {}))
                 for info in infos]
         with self._caches_lock:
             caches = [AutocacheStatus(**entry) for entry in self._caches.status()]
