@@ -34,6 +34,10 @@ class LedgerMachine(RuleBasedStateMachine):
         clients = self.world.clients
         return clients[index % len(clients)] if clients else None
 
+    def _each(self, index: int, action) -> None:
+        if (client := self._client(index)) is not None:
+            action(client)
+
     @rule(job=st.sampled_from(JOBS))
     def new_client(self, job):
         name, mode, units = job
@@ -47,28 +51,23 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(index=st.integers(0, 15))
     def commit(self, index):
-        if (client := self._client(index)) is not None:
-            self.world.commit(client)
+        self._each(index, self.world.commit)
 
     @rule(index=st.integers(0, 15))
     def close(self, index):
-        if (client := self._client(index)) is not None:
-            self.world.close(client)
+        self._each(index, self.world.close)
 
     @rule(index=st.integers(0, 15))
     def hand_off(self, index):
-        if (client := self._client(index)) is not None:
-            self.world.hand_off(client)
+        self._each(index, self.world.hand_off)
 
     @rule(index=st.integers(0, 15))
     def lose_a_lease_reply(self, index):
-        if (client := self._client(index)) is not None:
-            self.world.lose_a_lease_reply(client)
+        self._each(index, self.world.lose_a_lease_reply)
 
     @rule(index=st.integers(0, 15))
     def kill(self, index):
-        if (client := self._client(index)) is not None:
-            self.world.kill(client)
+        self._each(index, self.world.kill)
 
     @rule(index=st.integers(0, 15), seconds=st.sampled_from([4.0, 11.0]))
     def pause(self, index, seconds):
