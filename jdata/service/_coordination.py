@@ -93,6 +93,6 @@ class Coordination:
     def keep(self, job_ids) -> None:
         """Forgets the jobs not in ``job_ids`` (removed)."""
         with self._lock:
-            for job_id in set(self._seen) - set(job_ids):
+            for job_id in (set(self._seen) | set(self._outcomes)) - set(job_ids):
                 for table in (self._seen, self._outcomes):
                     table.pop(job_id, None)
