@@ -10,9 +10,11 @@ the furthest consumer, so every consumer learns of it before it applies (they as
 every ``ROUND_LEAD // 4`` rounds): they all read each round from the same place. A
 worker keeps its slot across entries; a new worker takes the next slot number (never
 a dead worker's, whose stream's start was read), so a slot's stream (its randomness)
-never depends on which worker runs it. The furthest rounds consumers reported are
-kept here only: a restarted dispatcher learns them again from the consumers' next asks,
-and adds no entry before (it could start behind a consumer's requests).
+never depends on which worker runs it. The rounds consumers reported are kept here
+only: a restarted dispatcher learns them again from the consumers' next asks, and adds
+no entry before every live consumer has told it its round (a consumer restored far
+behind the others may ask first: an entry past it alone could start behind the
+others' requests).
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ class Coordination:
             seen = self._seen.setdefault(job_id, {})
             if round_index is not None:
                 seen[client_id] = max(round_index, seen.get(client_id, 0))
+            return max(seen.values(), default=None)
+
+    def placing_round(self, job_id: str, clients) -> int | None:
+        """The furthest round reported, if every one of the job's live ``clients``
+        reported one to this dispatcher (None: a new entry must wait for them)."""
+        with self._lock:
+            seen = self._seen.get(job_id, {})
+            if any(client_id not in seen for client_id in clients):
+                return None
             return max(seen.values(), default=None)
 
     def run_outcome(self, job_id: str, client_id: str, start: int, received: bool,

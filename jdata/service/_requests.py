@@ -53,7 +53,8 @@ def lease(state, request: LeaseRequest, apply, *, now: float,
         return LeaseReply(where, workers=len(state.alive_workers()))
     apply(ClientSeen(job_id=job_id, client_id=client_id, time=now))
     _report_done(state, job_id, client_id, request.done, apply)
-    held = {unit for unit, _ in state.leases_of(job_id, client_id)}
+    leased = state.leases_of(job_id, client_id)
+    held = {unit for unit, _ in leased}
     returned = tuple((u, n) for u, n in request.returned if u in held)
     if returned:
         apply(LeasesReturned(job_id=job_id, client_id=client_id, offsets=returned))
@@ -66,8 +67,8 @@ def lease(state, request: LeaseRequest, apply, *, now: float,
     job = state.ledger(job_id)
     leases = list(granted.leases if granted else ())
     if request.held is not None:  # leases whose reply it never got come again
-        known = set(request.held) | {unit for unit, _ in leases}
-        leases += [(unit, worker_id) for unit, worker_id in state.leases_of(job_id, client_id)
+        known = set(request.held) | {unit for unit, _ in returned}
+        leases += [(unit, worker_id) for unit, worker_id in leased
                    if worker_id is not None and unit not in known]
     grants = tuple(Grant(unit, worker_id, job.leases[unit].offset)
                    for unit, worker_id in leases)

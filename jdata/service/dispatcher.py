@@ -262,8 +262,9 @@ class Dispatcher:
             if job_id not in self._state.jobs:
                 return None
             alive = set(self._state.alive_workers())
+            placing = self._coordination.placing_round(job_id, self._state.clients(job_id))
             entry = _coordination.next_entry(
-                job_id, self._state.ledger(job_id).schedule, furthest,
+                job_id, self._state.ledger(job_id).schedule, placing,
                 [worker_id for worker_id in serving if worker_id in alive])
             if entry is not None:
                 apply(entry)

@@ -60,7 +60,8 @@ def test_every_entry_it_makes_fits_the_ledger():
 
 class ScheduleMachine(RuleBasedStateMachine):
     """Workers join and die, the dispatcher restarts from its journal (forgetting the
-    rounds consumers reported), consumers are restored from earlier rounds, and they read
+    rounds consumers reported), consumers are killed and restored from earlier rounds as
+    new clients (the killed ones live in the ledger until they expire), and they read
     rounds as ``_rounds_reader`` does: they fetch the schedule every ``ROUND_LEAD // 4``
     rounds (reporting their round) and request the runs ``_RUNS_AHEAD`` ahead of theirs
     from the schedule they know. A round goes out
@@ -81,6 +82,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.known = [None] * self.CONSUMERS  # the schedule each consumer fetched last
         self.until = [0] * self.CONSUMERS
         self.restored = [False] * self.CONSUMERS
+        self.clients = [f"c{consumer}" for consumer in range(self.CONSUMERS)]
+        self.dead: set[str] = set()  # killed clients the ledger has yet to expire
         self.placed: dict[int, tuple] = {}  # a run's first round -> where it was read
 
     def _apply(self, update):
@@ -107,9 +110,16 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @rule(consumer=st.integers(0, CONSUMERS - 1), back=st.integers(0, 40))
     def restore_a_consumer(self, consumer, back):
-        """Killed, and restored from a state taken ``back`` rounds ago: a new reader."""
+        """Killed, and restored from a state taken ``back`` rounds ago: a new reader, a
+        new client (the killed one stays in the ledger until it expires)."""
         self.rounds[consumer] = max(0, self.rounds[consumer] - back)
         self.known[consumer], self.restored[consumer] = None, True
+        self.dead.add(self.clients[consumer])
+        self.clients[consumer] = f"{self.clients[consumer]}+"
+
+    @rule()
+    def expire_the_killed(self):
+        self.dead.clear()
 
     @rule(consumer=st.integers(0, CONSUMERS - 1), rounds=st.integers(1, 24))
     def read_rounds(self, consumer, rounds):
@@ -117,14 +127,22 @@ class ScheduleMachine(RuleBasedStateMachine):
             if not self._read_a_round(consumer):
                 return
 
+    @rule(rounds=st.integers(1, 96))
+    def read_together(self, rounds):
+        """Every consumer reads, a round each in turn (runs far past the last entry)."""
+        for _ in range(rounds):
+            for consumer in range(self.CONSUMERS):
+                self._read_a_round(consumer)
+
     def _read_a_round(self, consumer) -> bool:
         r, run = self.rounds[consumer], co.ROUNDS_PER_READ
         if r >= min(self.rounds) + (reader._RUNS_AHEAD - 1) * run:
             return False  # its round waits for the others to ask for it
         if self.known[consumer] is None or r >= self.until[consumer]:
-            furthest = self.coordination.furthest("j", f"c{consumer}", reader.reported_round(
+            self.coordination.furthest("j", self.clients[consumer], reader.reported_round(
                 r, self.known[consumer] is not None, self.restored[consumer]))
-            entry = co.next_entry("j", list(self.state.ledger("j").schedule), furthest,
+            placing = self.coordination.placing_round("j", set(self.clients) | self.dead)
+            entry = co.next_entry("j", list(self.state.ledger("j").schedule), placing,
                                   list(self.state.alive_workers()))
             if entry is not None:
                 self._apply(entry)
@@ -150,7 +168,7 @@ class ScheduleMachine(RuleBasedStateMachine):
 
 
 ScheduleMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=80, deadline=None,
+    max_examples=100, stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_every_consumer_reads_each_run_from_one_place = ScheduleMachine.TestCase
 
@@ -160,7 +178,8 @@ def test_a_restarted_dispatcher_places_no_entry_behind_a_restored_consumer():
     reported no round, so the dispatcher took 0 for the furthest and placed the workers left
     after a rescale from round 64, behind the rounds the others had requested: 48 rounds
     read from two slots. A restored consumer reports its round now, and a restarted
-    dispatcher adds no entry before a consumer reported one."""
+    dispatcher adds no entry before every live consumer reported one (the killed one
+    until it expires)."""
     world = ScheduleMachine()
     world.start(workers=2)
     for _ in range(10):
@@ -172,5 +191,28 @@ def test_a_restarted_dispatcher_places_no_entry_behind_a_restored_consumer():
     world.restore_a_consumer(0, 4)
     for consumer in range(3):
         world.read_rounds(consumer, 12)  # every run read from one place (asserted inside)
-    assert world.state.ledger("j").schedule[-1] == (184, ((1, "w2"),))
+    assert world.state.ledger("j").schedule == [(0, ((0, "w1"), (1, "w2")))]
+    world.expire_the_killed()
+    for consumer in range(3):
+        world.read_rounds(consumer, 12)
+    assert world.state.ledger("j").schedule[-1] == (200, ((1, "w2"),))
     assert co.next_entry("j", world.state.ledger("j").schedule, None, ["w3"]) is None
+
+
+def test_a_consumer_restored_far_behind_and_asking_first_after_a_restart_moves_no_run():
+    """Found by this file's machine: after a restart, a consumer restored 48 rounds back
+    asked first and its round alone placed a new worker from round 64, behind runs the
+    others had requested from the old entry. The entry waits for every live consumer's
+    round and starts ``ROUND_LEAD`` past the furthest."""
+    world = ScheduleMachine()
+    world.start(workers=2)
+    world.read_together(48)
+    world.add_worker()
+    world.restart_dispatcher()
+    world.restore_a_consumer(0, 48)
+    world.read_together(40)  # every run read from one place (asserted inside)
+    assert world.rounds == [40, 56, 56]
+    assert world.state.ledger("j").schedule == [(0, ((0, "w1"), (1, "w2")))]
+    world.expire_the_killed()
+    world.read_together(40)
+    assert world.state.ledger("j").schedule[-1] == (112, ((0, "w1"), (1, "w2"), (2, "w3")))

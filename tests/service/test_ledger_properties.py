@@ -122,7 +122,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
 
 LedgerMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=60, deadline=None,
+    max_examples=200, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_the_ledger_keeps_every_element_exactly_once = LedgerMachine.TestCase
 
