@@ -78,9 +78,11 @@ def _request(state, journal, client_id: str, held, batch: int):
         if type(update) is not S.ClientSeen:  # heartbeats are not journaled
             applied.append(update)
 
-    # All read: reported done with the next request.
-    reply = _requests.lease(state, LeaseRequest("job", client_id, batch, batch,
-                                                tuple(split for split, _ in held)),
+    # All read: reported done with the next request, and named as the client's own (a
+    # lease the ledger has for it that it does not name comes again: a lost reply).
+    units = tuple(split for split, _ in held)
+    reply = _requests.lease(state, LeaseRequest("job", client_id, batch, batch, units,
+                                                held=units),
                             apply, now=time.time())
     if journal is not None:
         journal.append(applied)  # one transaction, one fsync
