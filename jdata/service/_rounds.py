@@ -16,7 +16,11 @@ to all or to none); when none is ready within ``bound_sec`` of that, the round i
 skipped, and every consumer is told so: they skip it together, in lock-step. A
 consumer that stops asking holds the others for ``consumer_timeout`` seconds, then is
 counted out. Elements are never lost to a skipped round: the group goes to the next
-round. Nothing here imports Ray.
+round. A consumer's requests run on the worker's threads in any order (Ray keeps no
+order for a threaded actor): each carries its turn (``(reader, n)``: the reader's
+``n``-th request to this worker), and a request's rounds are asked for only after the
+reader's earlier requests' were, so groups go to rounds in round order. Nothing here
+imports Ray.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class RoundBuffer:
         # rounds saved).
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
+        self._turn = threading.Condition(self._lock)  # a reader's next request may go on
+        self._turns: dict[str, list] = {}  # reader -> [its next request's turn, last seen]
         self._ready: collections.deque = collections.deque()  # groups not yet in a round
         # round -> [group or None or "skipped", taken by, first asked, asked by, all asked at,
         #           its condition]
@@ -102,18 +108,10 @@ class RoundBuffer:
         group ready within ``bound_sec`` is skipped, for all of them.
         """
         with self._lock:
-            self.last_read = now = time.monotonic()
-            self._seen[consumer] = now
-            entry = self._rounds.get(round_index)
-            if entry is None and round_index < self._floor:
+            entry = self._ask(round_index, consumer)
+            if entry is None:
                 self.stats["skipped_rounds"] += 1
                 return None, True, False
-            if entry is None:
-                entry = self._rounds[round_index] = [None, set(), now, set(), None,
-                                                     threading.Condition(self._lock)]
-                self._expire(now)
-            entry[3].add(consumer)
-            entry[5].notify_all()  # the others of this round, waiting for this request
             while entry[0] is None:
                 now = time.monotonic()
                 waiting_for = self._live(now) - entry[3]
@@ -149,18 +147,50 @@ class RoundBuffer:
                         self._floor = max(self._floor, gone + 1)
             return entry[0][consumer], False, False
 
+    def _ask(self, round_index: int, consumer: int) -> list | None:
+        """Records that ``consumer`` asked for the round: its entry (None: forgotten)."""
+        self.last_read = now = time.monotonic()
+        self._seen[consumer] = now
+        entry = self._rounds.get(round_index)
+        if entry is None and round_index < self._floor:
+            return None
+        if entry is None:
+            entry = self._rounds[round_index] = [None, set(), now, set(), None,
+                                                 threading.Condition(self._lock)]
+            self._expire(now)
+        entry[3].add(consumer)
+        entry[5].notify_all()  # the others of this round, waiting for this request
+        return entry
+
     def _live(self, now: float) -> set:
         return {c for c, seen in self._seen.items() if now - seen <= self._consumer_timeout}
 
-    def take_many(self, first_round: int, count: int, consumer: int) -> list:
+    def take_many(self, first_round: int, count: int, consumer: int,
+                  turn: tuple[str, int] | None = None) -> list:
         """``take`` of rounds ``first_round .. first_round + count - 1`` in turn (to the end
-        of the stream)."""
+        of the stream), all asked for at once: in ``turn`` (``(reader, n)``), after the
+        reader's requests ``0 .. n - 1``, or ``bound_sec`` seconds after it came (those
+        race it to the worker's lock; a buffer made again never sees them)."""
+        with self._lock:
+            if turn is not None:
+                self._wait_turn(*turn)
+            for r in range(first_round, first_round + count):
+                self._ask(r, consumer)
         out = []
         for r in range(first_round, first_round + count):
             out.append(self.take(r, consumer))
             if out[-1][2]:
                 break
         return out
+
+    def _wait_turn(self, reader: str, n: int) -> None:
+        now = time.monotonic()
+        deadline = now + self._bound
+        while (turn := self._turns.setdefault(reader, [0, now]))[0] < n and (
+                left := deadline - time.monotonic()) > 0:
+            self._turn.wait(left)
+        turn[0], turn[1] = max(turn[0], n + 1), time.monotonic()
+        self._turn.notify_all()
 
     def _resolved(self, entry: list) -> None:
         """A round got its group (or was skipped): its consumers, the producer (room for
@@ -182,6 +212,8 @@ class RoundBuffer:
         for r in [r for r, e in self._rounds.items()
                   if e[0] is not None and now - e[2] > _ROUND_TTL_SEC]:
             del self._rounds[r]
+        for reader in [k for k, (_, seen) in self._turns.items() if now - seen > _ROUND_TTL_SEC]:
+            del self._turns[reader]
 
     def close(self) -> None:
         with self._lock:

@@ -43,6 +43,8 @@ class RoundsReader:
         self._results: dict = {}  # a run's first round -> its results
         self._schedule: list | None = None
         self._schedule_until = 0
+        self._reader = uuid.uuid4().hex  # its requests' turns on each worker:
+        self._sent: dict[str, int] = {}  # worker id -> the requests sent to it
         self.session = None
 
     def start(self) -> None:
@@ -132,10 +134,12 @@ class RoundsReader:
         membership = self.session.membership
         spec = ReadSpec(membership.job_id, self._fingerprint, self._plan_ref, self._epoch, slot,
                         0, self._dnode.compression)
+        turn = self._sent.get(worker_id, 0)
         ref = self.transport.request(worker_id, "read_rounds", spec, self._dnode.num_consumers,
                                      self._dnode.consumer_index, start, self._run,
-                                     ROUND_BOUND_SEC)
+                                     ROUND_BOUND_SEC, (self._reader, turn))
         if ref is not None:
+            self._sent[worker_id] = turn + 1
             # Its arrival is reported as it comes (on Ray's thread), not when this consumer
             # reaches the run: the others' ``_agree`` need not wait for this one to get there.
             ref.future().add_done_callback(functools.partial(

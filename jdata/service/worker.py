@@ -247,15 +247,17 @@ class Worker:
         self._buffers.forget(job_id, consumer)
 
     def read_rounds(self, spec: ReadSpec, num_consumers: int, consumer_index: int,
-                    first_round: int, count: int, bound_sec: float) -> list:
+                    first_round: int, count: int, bound_sec: float,
+                    turn: tuple[str, int] | None = None) -> list:
         """Consumer ``consumer_index``'s elements of ``count`` rounds of a coordinated job
         from ``first_round`` on: ``[(packed block of the element, skipped, ended)...]``;
-        see ``_rounds.RoundBuffer``."""
+        ``turn``: ``(reader, n)``, its reader's ``n``-th request here; see
+        ``_rounds.RoundBuffer``."""
         rounds = self._buffers.rounds(spec, self._stream_of(spec), self._stats, num_consumers,
                                       bound_sec)
         out = []
         for k, (element, skipped, ended) in enumerate(
-                rounds.take_many(first_round, count, consumer_index)):
+                rounds.take_many(first_round, count, consumer_index, turn)):
             block = [] if element is None else [element]
             failures = (0,) if block and isinstance(element, _blocks.Failure) else ()
             block, failures = _worker_reads.sendable(block, failures, first_round + k)

@@ -34,10 +34,6 @@ class LedgerMachine(RuleBasedStateMachine):
         clients = self.world.clients
         return clients[index % len(clients)] if clients else None
 
-    def _each(self, index: int, action) -> None:
-        if (client := self._client(index)) is not None:
-            action(client)
-
     @rule(job=st.sampled_from(JOBS))
     def new_client(self, job):
         name, mode, units = job
@@ -49,25 +45,13 @@ class LedgerMachine(RuleBasedStateMachine):
         for _ in range(times if client else 0):
             self.world.step(client, k)
 
-    @rule(index=st.integers(0, 15))
-    def commit(self, index):
-        self._each(index, self.world.commit)
-
-    @rule(index=st.integers(0, 15))
-    def close(self, index):
-        self._each(index, self.world.close)
-
-    @rule(index=st.integers(0, 15))
-    def hand_off(self, index):
-        self._each(index, self.world.hand_off)
-
-    @rule(index=st.integers(0, 15))
-    def lose_a_lease_reply(self, index):
-        self._each(index, self.world.lose_a_lease_reply)
-
-    @rule(index=st.integers(0, 15))
-    def kill(self, index):
-        self._each(index, self.world.kill)
+    @rule(index=st.integers(0, 15), event=st.sampled_from(
+        ["commit", "close", "hand_off", "lose_a_lease_reply", "kill"]))
+    def client_event(self, index, event):
+        """A consumer commits (``get_state``), closes, goes idle and hands its units
+        off, has a lease's reply lost, or is killed."""
+        if (client := self._client(index)) is not None:
+            getattr(self.world, event)(client)
 
     @rule(index=st.integers(0, 15), seconds=st.sampled_from([4.0, 11.0]))
     def pause(self, index, seconds):

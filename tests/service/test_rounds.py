@@ -165,3 +165,56 @@ def _all_of(rounds, takes):
         t.join(timeout=60)
     assert not errors and len(out) == len(takes)
     return [out[t] for t in takes]
+
+
+def _take_many_on_threads(rounds, requests):
+    """``take_many(first, 4, consumer, turn)`` of each ``(first, consumer, turn)`` on a
+    thread of its own; the threads and where their results go."""
+    out = {}
+
+    def one(first, consumer, turn):
+        out[(first, consumer)] = _ints(rounds.take_many(first, 4, consumer, turn))
+
+    threads = [threading.Thread(target=one, args=r) for r in requests]
+    for t in threads:
+        t.start()
+    return threads, out
+
+
+def test_a_readers_later_request_that_runs_first_waits_for_the_earlier_ones():
+    """Found by test_contract under load: a consumer's requests for rounds 8.. and 0.. ran
+    on the worker's threads in that order, and round 8 got the first group: the same
+    keys gave another stream on each run. A request's rounds are asked for in its reader's
+    order now."""
+    rounds = _rounds.RoundBuffer(_Stream(), num_consumers=2, bound_sec=30.0)
+    try:
+        later, out = _take_many_on_threads(rounds, [(4, c, (f"reader{c}", 1)) for c in (0, 1)])
+        for t in later:
+            t.join(timeout=0.3)
+        assert all(t.is_alive() for t in later) and not out  # waiting for their turn 0
+        earlier, first = _take_many_on_threads(rounds, [(0, c, (f"reader{c}", 0))
+                                                        for c in (0, 1)])
+        for t in earlier + later:
+            t.join(timeout=60)
+        assert {**first, **out} == {(0, 0): [0, 2, 4, 6], (0, 1): [1, 3, 5, 7],
+                       (4, 0): [8, 10, 12, 14], (4, 1): [9, 11, 13, 15]}
+    finally:
+        rounds.close()
+
+
+def test_a_turn_that_never_comes_holds_a_request_for_the_bound_only():
+    """A buffer made again (idle too long) never sees a reader's earlier requests."""
+    rounds = _rounds.RoundBuffer(_Stream(), num_consumers=2, bound_sec=0.3)
+    try:
+        began = time.monotonic()
+        threads, out = _take_many_on_threads(rounds, [(8, c, (f"reader{c}", 5)) for c in (0, 1)])
+        for t in threads:
+            t.join(timeout=60)
+        assert out == {(8, 0): [0, 2, 4, 6], (8, 1): [1, 3, 5, 7]}
+        assert time.monotonic() - began >= 0.25
+        threads, out = _take_many_on_threads(rounds, [(12, c, (f"reader{c}", 6)) for c in (0, 1)])
+        for t in threads:
+            t.join(timeout=60)
+        assert out == {(12, 0): [8, 10, 12, 14], (12, 1): [9, 11, 13, 15]}
+    finally:
+        rounds.close()
