@@ -1,10 +1,14 @@
 """`make demo-service` trains through a jdata.service, loses a worker and is preempted, and
 still trains on every example exactly once per epoch, on the local pipeline's batches."""
+import glob
+import os
+
 import jax
 import numpy as np
 import pytest
 
 from jdata import demo, demo_service
+from jdata.runtime import segments
 from jdata.service import _ray
 
 # Ray starts its processes with fork+exec while JAX's threads run: JAX warns, harmlessly.
@@ -48,6 +52,10 @@ def test_the_service_demo_loses_a_worker_resumes_and_matches_the_local_run(capsy
     assert result["epochs"] == [{"examples": 640, "min": 1, "max": 1, "exact": True}] * 2
     assert result["workers"] == 2
     assert result["replacement_pid"] not in (None, result["killed_pid"])
+    # The killed worker's pipeline's shared memory is gone: its fork server unlinked it, or
+    # (killed along by Ray) the replacement swept it (once left in /dev/shm).
+    assert not glob.glob(os.path.join(segments.SEGMENT_DIR,
+                                      f"jdata_{result['killed_pid']}_*_job_*"))
     assert 0 < result["replacement_up_s"] < 60
     # A short run may end before the replacement gets a split: the survivor took them.
     delivered = result["replacement_delivered_s"]

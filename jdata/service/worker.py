@@ -30,6 +30,7 @@ import time
 import cloudpickle
 
 from jdata import _random
+from jdata.runtime import segments
 from jdata.service import _blocks, _rounds, _worker_buffers, _worker_reads, splits
 from jdata.service._worker_reads import BLOCK_BYTES as BLOCK_BYTES
 from jdata.service._worker_reads import BLOCK_ELEMENTS as BLOCK_ELEMENTS
@@ -137,6 +138,10 @@ class Worker:
         # made again, it would hand its rounds other groups than the ones it gave.
         self._buffers = _worker_buffers.Buffers(
             window_bytes, max(idle_sec, BUFFER_IDLE_FACTOR * _rounds.CONSUMER_TIMEOUT_SEC))
+        # A worker killed may take its process engine's fork server along (Ray ends a dead
+        # worker's children) before that unlinks the shared memory the worker's pipelines
+        # left: the next worker to start on the machine does.
+        segments.sweep(segments.session())
 
     def info(self) -> WorkerInfo:
         """Totals, and each shared or coordinated buffer's (idle ones go here: it is pinged)."""

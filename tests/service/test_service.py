@@ -646,6 +646,24 @@ def test_scale_changes_the_worker_count(svc):
     assert len(svc.status().workers) == 2
 
 
+def test_a_new_worker_sweeps_the_shared_memory_of_dead_processes(svc):
+    """Found after the suite: a killed worker's fork server died with it (Ray ends a dead
+    worker's children) and left its pipeline's job segment in /dev/shm. A worker that
+    starts sweeps what dead processes left."""
+    from jdata.runtime import segments
+
+    path = os.path.join(segments.SEGMENT_DIR,
+                        segments.segment_name("jdata_999999999_abcd", "job", 0))  # no such pid
+    open(path, "wb").close()
+    try:
+        svc.scale(3)  # returns once the new worker runs
+        assert not os.path.exists(path)
+    finally:
+        svc.scale(2)
+        if os.path.exists(path):
+            os.unlink(path)
+
+
 def _sleepy(x):
     time.sleep(0.005)  # a worker makes about 200 elements/s (sleep-bound: it scales)
     return x
