@@ -10,6 +10,17 @@ from jdata._errors import ElementError as ElementError
 from jdata._errors import ServiceError as ServiceError
 from jdata._errors import UDFError as UDFError
 from jdata import errors as errors
+from jdata.errors import ServiceConnectionError as ServiceConnectionError
+from jdata.errors import ServiceNotFoundError as ServiceNotFoundError
+from jdata.errors import ServiceStartError as ServiceStartError
+from jdata.errors import ServiceStoppedError as ServiceStoppedError
+from jdata.errors import ServiceUnavailableError as ServiceUnavailableError
+from jdata.errors import ServiceVersionError as ServiceVersionError
+from jdata.errors import SharedMemoryError as SharedMemoryError
+from jdata.errors import UnpicklableJobError as UnpicklableJobError
+from jdata.errors import WorkDirInUseError as WorkDirInUseError
+from jdata.errors import WorkerError as WorkerError
+from jdata.errors import WorkerImportError as WorkerImportError
 from jdata._iterator import DatasetIterator as DatasetIterator
 from jdata._options import Options as Options
 from jdata._sources import choose_from_datasets as choose_from_datasets
@@ -33,3 +44,11 @@ from jdata._spec import DatasetSpec as DatasetSpec
 from jdata._spec import TensorSpec as TensorSpec
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # ``JournalError`` lives with the service's journal (sqlite3, the state machine):
+    # loaded when asked for, so that ``import jdata`` stays light.
+    if name == "JournalError":
+        return errors.JournalError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

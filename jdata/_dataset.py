@@ -191,7 +191,11 @@ class Dataset:
     def fingerprint(self) -> str:
         """A hex digest that is the same for the same pipeline in any process.
 
-        UDFs are hashed by their code and the values they close over.
+        UDFs are hashed by their code and the values they close over. A value
+        that cannot be hashed (one with no pickle reduction, as an open file, a
+        socket or a generator) makes the digest unique to this process: no other
+        process shares its caches or its named service jobs.
+        ``jdata._fingerprint.fingerprint_uncertainty`` says which value it is.
         """
         return _fingerprint.fingerprint(self._node)
 

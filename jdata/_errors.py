@@ -84,6 +84,74 @@ class ServiceError(RuntimeError):
     happened and what to do (usually: restore the iterator from its last checkpoint)."""
 
 
+class ServiceNotFoundError(ServiceError):
+    """No jdata service runs where it was looked for: no dispatcher in the namespace (the
+    message names it), or no service recorded for the command line to act on. Start one
+    (``service.start``, ``jdata service start``) or pass the right address and namespace."""
+
+
+class ServiceConnectionError(ServiceError, ConnectionError):
+    """This process cannot reach the service the way it needs: nothing, or something other
+    than a Ray cluster, answers at the address; the cluster refused this process's token;
+    or the process has no Ray connection to read through. The message names the address
+    and the fix. Also a ``ConnectionError``."""
+
+
+class ServiceStartError(ServiceError):
+    """The service could not start: its dispatcher failed in its constructor (the message
+    carries the dispatcher's own one-line error), or the embedded Ray would listen beyond
+    this machine. A journal of another version is a ``JournalError`` instead."""
+
+
+class ServiceVersionError(ServiceError):
+    """The client's and the service's jdata speak different client protocols (checked when
+    a process joins a service). The message names both jdata versions: install the
+    service's version where the client runs, or restart the service with the client's."""
+
+
+class ServiceStoppedError(ServiceError):
+    """The service this iterator reads from was stopped (``svc.stop()``, ``jdata service
+    stop``), not restarted: the iterator can go no further. Start a service again and
+    restore the iterator from its last checkpoint (``ds.iterator(state)``)."""
+
+
+class ServiceUnavailableError(ServiceError):
+    """The dispatcher cannot journal (its ``work_dir``'s disk is full or failing), so it
+    refuses what would change its books: new jobs, new clients, new leases. Reads of what
+    was granted go on; the dispatcher retries the journal by itself and takes requests
+    again once it can write (``svc.status().journal`` says which). Free space where the
+    message says, or wait and retry."""
+
+
+class WorkDirInUseError(ServiceError):
+    """Another dispatcher holds the ``work_dir`` (its journal is one service's alone). The
+    message names the holder; give this service a ``work_dir`` of its own, or join the
+    running one with ``service.connect``."""
+
+
+class WorkerImportError(ServiceError):
+    """The data-service workers cannot import a module this pipeline's functions come from
+    (the trainer can: cloudpickle sends a function of an importable module by name, and
+    the workers import it again). ``module`` names it; the message says how to ship the
+    code to the workers (Ray's ``runtime_env``), or to send it by value."""
+
+    def __init__(self, module: str | None, reason: str):
+        self.module, self.reason = module, reason
+        name = repr(module) if module else "a module"
+        by_value = (f"import {module}; cloudpickle.register_pickle_by_value({module})"
+                    if module else "cloudpickle.register_pickle_by_value(<the module>)")
+        super().__init__(
+            f"distribute: the service's workers cannot import {name}, which this pipeline's "
+            f"functions come from ({reason}): the trainer imports it, the workers do not "
+            "have it. Ship the code to the workers with Ray's runtime_env, given to whoever "
+            "starts the service: service.start(..., runtime_env={'py_modules': [<the "
+            "module, or its file or package directory>]}) or runtime_env={'working_dir': "
+            f"'.'}}; or send its functions by value: {by_value}, before the iterator starts")
+
+    def __reduce__(self):  # it crosses Ray from the worker to the trainer
+        return WorkerImportError, (self.module, self.reason)
+
+
 def _portable(error: BaseException | None) -> BaseException | None:
     """``error``, or a ``RuntimeError`` with its text when it would not pickle."""
     if error is None:

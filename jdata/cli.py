@@ -10,12 +10,20 @@ with the process that started it: ``start`` then stays in the foreground,
 prints the address clients use, and stops the service on Ctrl-C, SIGTERM or
 ``jdata service stop``. With ``--address`` it starts (or finds) the detached
 dispatcher on that cluster and returns. Also ``python -m jdata``.
+
+``start`` records the service's address for this user (``$XDG_STATE_HOME/jdata``,
+else ``~/.jdata``: ``services.json``, by namespace), and ``status``/``stop``
+without ``--address`` act on that service (or on ``$RAY_ADDRESS``), saying which on
+stderr; never on whichever Ray cluster started last on the machine, which may be
+another user's (``--address auto`` still asks for that one explicitly).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pathlib
 import signal
 import sys
 import threading
@@ -23,6 +31,7 @@ import threading
 # How often a foreground ``start`` checks that its dispatcher was not stopped from elsewhere.
 _WATCH_SEC = 1.0
 _AUTO = "auto"
+_RECORDS = "services.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except (ConnectionError, RuntimeError, ValueError, ImportError) as e:
+        # One line: jdata's errors say what happened and what to do (a dispatcher's own
+        # error, such as a journal of another version, is unwrapped by service.start).
         print(f"jdata service {args.action}: {e}", file=sys.stderr)
         return 1
 
@@ -76,9 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     for name, run, text in (("status", _status, "print the workers, their rates and the jobs"),
                             ("stop", _stop, "stop the workers and the dispatcher")):
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:])
-        _common(action, os.environ.get("RAY_ADDRESS", _AUTO),
+        _common(action, None,
                 "the cluster's address, as `start` printed it (default: $RAY_ADDRESS, else "
-                "the Ray cluster started on this machine)")
+                "the service `jdata service start` recorded for this user in this "
+                "namespace; 'auto': the Ray cluster started last on this machine, whoever's)")
         action.set_defaults(run=run)
     return parser
 
@@ -120,12 +132,16 @@ def _start(args) -> int:
     address = _resolved(args.address, _ray.ray_module())
     print(f"jdata service running at {address} (namespace {args.namespace})")
     print(svc.status(), flush=True)
+    _record(args.namespace, address, embedded=args.address is None)
     if args.address is not None:
         return 0  # detached on the cluster: it outlives this process
     print(f"clients: service.connect({address!r}); status: jdata service status --address "
           f"{address}; Ctrl-C or `jdata service stop --address {address}` stops it", flush=True)
-    reason = _serve_until_stopped(args.namespace)
-    svc.stop()
+    try:
+        reason = _serve_until_stopped(args.namespace)
+        svc.stop()
+    finally:
+        _forget(args.namespace, address)
     print(f"jdata service stopped ({reason})", flush=True)
     return 0
 
@@ -165,9 +181,10 @@ def _status(args) -> int:
     from jdata import service
     from jdata.service import _ray
 
-    _ray.send_local_token(args.address)
-    svc = service.connect(args.address, args.namespace)
-    print(f"jdata service at {args.address} (namespace {args.namespace})")
+    address = _address_for(args)
+    _ray.send_local_token(address)
+    svc = service.connect(address, args.namespace)
+    print(f"jdata service at {address} (namespace {args.namespace})")
     print(svc.status())
     return 0
 
@@ -176,7 +193,91 @@ def _stop(args) -> int:
     from jdata import service
     from jdata.service import _ray
 
-    _ray.send_local_token(args.address)
-    service.connect(args.address, args.namespace).stop()
-    print(f"jdata service stopped at {args.address} (namespace {args.namespace})")
+    address = _address_for(args)
+    _ray.send_local_token(address)
+    service.connect(address, args.namespace).stop(force=True)
+    _forget(args.namespace, address)
+    print(f"jdata service stopped at {address} (namespace {args.namespace})")
     return 0
+
+
+def _address_for(args) -> str:
+    """The cluster ``status``/``stop`` act on: ``--address``, else ``$RAY_ADDRESS``, else
+    the service this user's ``start`` recorded in the namespace (said on stderr)."""
+    if args.address is not None:
+        return args.address
+    chosen, source = os.environ.get("RAY_ADDRESS"), "from $RAY_ADDRESS"
+    if not chosen:
+        chosen = _recorded(args.namespace)
+        source = f"recorded by `jdata service start` in {_records_path()}"
+    if not chosen:
+        from jdata.errors import ServiceNotFoundError
+
+        raise ServiceNotFoundError(
+            f"no --address, no $RAY_ADDRESS, and no service of yours recorded in namespace "
+            f"{args.namespace!r} ({_records_path()}): pass --address, as `jdata service "
+            "start` printed it (`--address auto` takes the Ray cluster started last on this "
+            "machine, whoever's it is)")
+    print(f"jdata service {args.action}: the service at {chosen} (namespace "
+          f"{args.namespace}), {source}", file=sys.stderr)
+    return chosen
+
+
+def _records_path() -> pathlib.Path:
+    """This user's record of the services ``start`` started, by namespace."""
+    state = os.environ.get("XDG_STATE_HOME")
+    base = pathlib.Path(state) / "jdata" if state else pathlib.Path.home() / ".jdata"
+    return base / _RECORDS
+
+
+def _records() -> dict:
+    try:
+        records = json.loads(_records_path().read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: nothing recorded
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def _write_records(records: dict) -> None:
+    path = _records_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(records, indent=1, sort_keys=True))
+    os.replace(partial, path)  # whole or not at all: a reader never sees half a file
+
+
+def _record(namespace: str, address: str, embedded: bool) -> None:
+    records = _records()
+    records[namespace] = {"address": address, "pid": os.getpid(), "embedded": embedded}
+    _write_records(records)
+
+
+def _recorded(namespace: str) -> str | None:
+    """The recorded address, unless its service died with its ``start`` (an embedded one
+    whose process is gone: the record is dropped)."""
+    record = _records().get(namespace)
+    if not isinstance(record, dict) or not isinstance(record.get("address"), str):
+        return None
+    if record.get("embedded") and not _process_lives(record.get("pid")):
+        _forget(namespace, record["address"])
+        return None
+    return record["address"]
+
+
+def _forget(namespace: str, address: str) -> None:
+    records = _records()
+    if records.get(namespace, {}).get("address") == address:
+        del records[namespace]
+        _write_records(records)
+
+
+def _process_lives(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process by that pid: not this start
+        return False
+    return True

@@ -6,11 +6,54 @@
 - ``ElementError``: an element failed on a data-service worker outside a user
   function, or could not be sent to the client (a ``UDFError``).
 - ``ServiceError``: a data-service iterator cannot go on as it promised.
+- ``ServiceUnavailableError``: the dispatcher cannot journal; it refuses changes until
+  it can (a ``ServiceError``).
+- ``WorkDirInUseError``: another dispatcher holds the ``work_dir`` (a ``ServiceError``).
+- ``WorkerImportError``: the service's workers cannot import a module the pipeline's
+  functions come from (a ``ServiceError``).
+- ``ServiceNotFoundError``: no service runs where it was looked for (a ``ServiceError``).
+- ``ServiceConnectionError``: this process cannot reach the service (a ``ServiceError``
+  and a ``ConnectionError``).
+- ``ServiceStartError``: the service could not start (a ``ServiceError``).
+- ``ServiceVersionError``: the client's and the service's jdata speak different protocols
+  (a ``ServiceError``).
+- ``ServiceStoppedError``: the service an iterator reads from was stopped (a
+  ``ServiceError``).
+- ``WorkerError``: a worker process of the process engine died or could not start (a
+  ``RuntimeError``); ``SharedMemoryError``: the shared-memory directory is full (a
+  ``WorkerError``).
+- ``UnpicklableJobError``: a job cannot be pickled for worker processes (a ``TypeError``).
+- ``JournalError``: a service journal that is not one, is damaged, is of another version
+  or does not replay (a ``ValueError``; loaded on first use: it lives with the journal).
 """
 
 from jdata._errors import DataError as DataError
 from jdata._errors import ElementError as ElementError
+from jdata._errors import ServiceConnectionError as ServiceConnectionError
 from jdata._errors import ServiceError as ServiceError
+from jdata._errors import ServiceNotFoundError as ServiceNotFoundError
+from jdata._errors import ServiceStartError as ServiceStartError
+from jdata._errors import ServiceStoppedError as ServiceStoppedError
+from jdata._errors import ServiceUnavailableError as ServiceUnavailableError
+from jdata._errors import ServiceVersionError as ServiceVersionError
 from jdata._errors import UDFError as UDFError
+from jdata._errors import WorkDirInUseError as WorkDirInUseError
+from jdata._errors import WorkerImportError as WorkerImportError
+from jdata.runtime.outcomes import UnpicklableJobError as UnpicklableJobError
+from jdata.runtime.outcomes import WorkerError as WorkerError
+from jdata.runtime.segments import SharedMemoryError as SharedMemoryError
 
-__all__ = ["DataError", "ElementError", "ServiceError", "UDFError"]
+__all__ = ["DataError", "ElementError", "JournalError", "ServiceConnectionError",  # noqa: F822
+           "ServiceError", "ServiceNotFoundError", "ServiceStartError", "ServiceStoppedError",
+           "ServiceUnavailableError", "ServiceVersionError", "SharedMemoryError", "UDFError",
+           "UnpicklableJobError", "WorkDirInUseError", "WorkerError", "WorkerImportError"]
+
+
+def __getattr__(name: str):
+    # The journal's module brings the service's state machine and sqlite3: ``import jdata``
+    # stays light, and ``JournalError`` is that module's own class when asked for.
+    if name == "JournalError":
+        from jdata.service.journal import JournalError
+
+        return JournalError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -101,13 +101,13 @@ def test_the_command_line_imports_ray_for_loopback_only():
 class _Start:
     """A ``jdata service start`` subprocess whose stdout lines arrive on a queue."""
 
-    def __init__(self, tmp_path: pathlib.Path, **env_vars: str):
+    def __init__(self, tmp_path: pathlib.Path, *args: str, **env_vars: str):
         env = _env(**env_vars)
         self.stderr = tmp_path / "start.err"
         with open(self.stderr, "w") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "jdata", "service", "start", "--num-workers", "1",
-                 "--worker-cpus", "0.1", "--work-dir", str(tmp_path / "journal")],
+                 "--worker-cpus", "0.1", "--work-dir", str(tmp_path / "journal"), *args],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tmp_path)
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[str] = []

@@ -126,3 +126,61 @@ def test_a_parallel_pipeline_stops_at_an_environment_error_until_restored():
             next(it)
     got += [int(x) for x in ds.iterator(it.get_state())]
     assert got == [10 * i for i in range(8)]
+
+
+# Every error a jdata user catches, and what it is a kind of (docs/service.md, "Operations:
+# errors"; jdata/errors.py).
+_PUBLIC_ERRORS = {
+    "UDFError": Exception, "DataError": "UDFError", "ElementError": "UDFError",
+    "ServiceError": RuntimeError, "ServiceNotFoundError": "ServiceError",
+    "ServiceConnectionError": "ServiceError", "ServiceStartError": "ServiceError",
+    "ServiceVersionError": "ServiceError", "ServiceStoppedError": "ServiceError",
+    "ServiceUnavailableError": "ServiceError", "WorkDirInUseError": "ServiceError",
+    "WorkerError": RuntimeError, "SharedMemoryError": "WorkerError",
+    "UnpicklableJobError": TypeError, "JournalError": ValueError,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PUBLIC_ERRORS))
+def test_every_public_error_comes_from_jdata_and_jdata_errors_alike(name):
+    import jdata.errors
+
+    assert name in jdata.errors.__all__
+    assert getattr(jdata, name) is getattr(jdata.errors, name)
+    parent = _PUBLIC_ERRORS[name]
+    parent = getattr(jdata.errors, parent) if isinstance(parent, str) else parent
+    assert issubclass(getattr(jdata, name), parent)
+
+
+def test_jdata_exports_every_name_of_jdata_errors():
+    import jdata.errors
+
+    assert set(_PUBLIC_ERRORS) <= set(jdata.errors.__all__)
+    for name in jdata.errors.__all__:
+        assert getattr(jdata, name) is getattr(jdata.errors, name), name
+
+
+def test_the_errors_are_the_ones_their_modules_raise():
+    from jdata.runtime import outcomes, segments
+    from jdata.service import journal
+
+    assert jdata.JournalError is journal.JournalError
+    assert jdata.WorkerError is outcomes.WorkerError
+    assert jdata.UnpicklableJobError is outcomes.UnpicklableJobError
+    assert jdata.SharedMemoryError is segments.SharedMemoryError
+    # What the service raised before these types: old `except` clauses still catch them.
+    assert issubclass(jdata.ServiceNotFoundError, RuntimeError)
+    assert issubclass(jdata.ServiceConnectionError, ConnectionError)
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchError'"):
+        jdata.errors.NoSuchError  # noqa: B018
+
+
+def test_import_jdata_loads_neither_ray_nor_the_service_nor_sqlite():
+    import subprocess
+    import sys
+
+    code = ("import sys, jdata, jdata.errors; print(sorted(m for m in sys.modules if "
+            "m.split('.')[0] in ('ray', 'sqlite3') or m.startswith('jdata.service')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

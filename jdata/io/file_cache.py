@@ -54,6 +54,16 @@ def _fingerprint_of(node: FileCacheNode) -> str:
     return digest
 
 
+def _unhashable_hint(input_node: Node) -> str:
+    """Why the fingerprint changes with every run, for the mismatch error, or ``""``."""
+    why = _fingerprint.fingerprint_uncertainty(input_node)
+    if why is None:
+        return ""
+    return (". No later run can reuse this cache either: the pipeline holds a value that "
+            f"cannot be hashed, so its fingerprint is unique to this process ({why}); create "
+            "that value inside the UDF, or make it picklable")
+
+
 class _FileCacheIterator(Iterator):
     """Reads the directory if it is complete; else reads the input and writes it.
 
@@ -86,7 +96,7 @@ class _FileCacheIterator(Iterator):
                 f"cache: {self._node.directory} holds the elements of a different pipeline "
                 f"(fingerprint {metadata['fingerprint'][:12]}..., this one "
                 f"{_fingerprint_of(self._node)[:12]}...); delete it or cache to another "
-                "filename")
+                f"filename{_unhashable_hint(self._node.input)}")
         return metadata
 
     def __next__(self):

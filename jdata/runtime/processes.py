@@ -10,7 +10,8 @@ the same exact state).
   (start-up in milliseconds, and never a fork of this possibly
   multi-threaded process). The job (the UDF, or the reader factory of a
   random-access subtree) is cloudpickled, so lambdas, closures and functions
-  defined in ``__main__`` work.
+  defined in ``__main__`` work. What only Ray can rebuild (a Ray actor handle,
+  a ``jdata.service.Service``) is refused when the job is pickled, with the reason.
 - Inputs go to workers pickled; outputs come back with their NumPy arrays
   in shared memory (``jdata.runtime.segments``), copied out on arrival. A
   full shared-memory directory fails the job (or a task) with a
@@ -33,11 +34,13 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+import io
 import itertools
 import multiprocessing.connection
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -300,9 +303,53 @@ def _send_quietly(conn, message) -> None:
 _job_serial = itertools.count()
 
 
+class _JobPickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, refusing what pickles here but cannot be rebuilt in a worker
+    process: a Ray actor handle, alone or inside a ``jdata.service.Service``, unpickles only
+    where Ray runs, and worker processes run none (the job would fail at their start)."""
+
+    def __init__(self, file, refused: tuple):
+        super().__init__(file)
+        self._refused = refused
+
+    def reducer_override(self, obj):
+        if isinstance(obj, self._refused):
+            raise TypeError(_refusal(obj))
+        return super().reducer_override(obj)
+
+
+def _ray_bound_types() -> tuple:
+    """The types to refuse, of the modules the process has imported (none without Ray: so
+    the runtime imports nothing of the service's)."""
+    service, actor = sys.modules.get("jdata.service"), sys.modules.get("ray.actor")
+    return tuple(t for t in (getattr(service, "Service", None),
+                             getattr(actor, "ActorHandle", None)) if t is not None)
+
+
+def _refusal(obj) -> str:
+    actor = sys.modules.get("ray.actor")
+    if actor is not None and isinstance(obj, actor.ActorHandle):
+        what = (f"a Ray actor handle ({obj!r}) cannot travel into pipeline worker "
+                "processes, which run no Ray")
+    else:
+        what = ("a jdata.service.Service (it holds the dispatcher's Ray handle) cannot "
+                "travel into pipeline worker processes, which run no Ray")
+    return (f"{what}: compute what the UDF needs from it outside the UDF (e.g. n = "
+            "len(svc.status().workers), then use n), and pass plain values")
+
+
+def _dumps(job) -> bytes:
+    refused = _ray_bound_types()
+    if not refused:
+        return cloudpickle.dumps(job)
+    out = io.BytesIO()
+    _JobPickler(out, refused).dump(job)
+    return out.getvalue()
+
+
 def _pickled(job) -> bytes:
     try:
-        return cloudpickle.dumps(job)
+        return _dumps(job)
     except Exception as e:  # cloudpickle raises TypeError, PicklingError, AttributeError...
         raise UnpicklableJobError(
             f"worker processes need the pipeline's UDFs pickled (cloudpickle), and one "

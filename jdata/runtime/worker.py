@@ -139,6 +139,23 @@ def _load_job(segment_name: str):
         segment.close()
 
 
+def _import_failure(error: ImportError) -> str:
+    """Why a job that names a module this process cannot import does not start, and the
+    ways out, before the traceback (cloudpickle sends a UDF of an importable module by
+    name: the user's process imported it from where this worker does not look)."""
+    module = error.name
+    by_value = (f"import {module}; cloudpickle.register_pickle_by_value({module})"
+                if module else "cloudpickle.register_pickle_by_value(<the module>)")
+    return (f"it cannot import {module or 'a module'!r}, which the pipeline's functions come "
+            f"from ({type(error).__name__}: {error}): the user's process imports it, its "
+            "worker processes do not find it (they look where the user's process looked, "
+            "sys.path, when its first worker process started). Import it from a directory on "
+            "sys.path, put there before the first pipeline on processes starts; or send its "
+            f"functions by value: {by_value}; or run the map on threads: "
+            "jdata.Options(engine='threads')\n"
+            + traceback.format_exc())
+
+
 def _result_message(task_id: int, outcomes: list, arena: _Arena, timing: tuple) -> tuple:
     try:
         return ("result", task_id, *encode(outcomes, arena), timing)
@@ -159,6 +176,9 @@ def main(tasks, results, session: str) -> None:
         try:
             job = _load_job(cloudpickle.loads(tasks.recv_bytes()))
         except (EOFError, OSError):
+            return
+        except ImportError as e:
+            results.send_bytes(cloudpickle.dumps(("fatal", _import_failure(e))))
             return
         except BaseException:
             results.send_bytes(cloudpickle.dumps(("fatal", traceback.format_exc())))

@@ -13,17 +13,25 @@ joined (``pip install 'jdata[service]'``).
 
 (``docs/design.md`` describes the roles; ``docs/migration.md`` compares
 them with tf.data's service.)
+
+A ``Service`` stops only what it started: ``stop()`` (or leaving its ``with``)
+stops the dispatcher and workers if this ``Service`` created the dispatcher;
+one that joined a running service (``service.connect``, or ``service.start``
+finding a dispatcher in its namespace, which it warns about) only disconnects,
+and ``stop(force=True)`` stops the service for every client.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
 import warnings
 
+from jdata import errors as _errors
 from jdata._constants import AUTOTUNE
-from jdata.service import _ray
+from jdata.service import _ray, _version, transport
 from jdata.service._status import AutocacheStatus as AutocacheStatus
 from jdata.service._status import AutoscalerStatus as AutoscalerStatus
 from jdata.service._status import JobStatus as JobStatus
@@ -38,15 +46,25 @@ from jdata.service.dispatcher import NAME as _DISPATCHER
 CLIENT_TIMEOUT_SEC = 60.0
 # start() and scale() wait this long for their workers to run, then warn.
 _WORKERS_WAIT_SEC = 60.0
+# A Service that shuts down its embedded Ray after stopping the service first waits this
+# long for the clients to leave: a trainer whose cluster goes under it is killed without
+# a word, one that left first could raise ServiceStoppedError (they learn it within
+# transport.LIVENESS_CHECK_SEC when reading, at their next element otherwise).
+_CLIENTS_GRACE_SEC = 10.0
+_CLIENTS_POLL_SEC = 0.1
 
 
 class Service:
-    """A running service: pass it to ``Dataset.distribute``. A context manager."""
+    """A running service: pass it to ``Dataset.distribute``. A context manager, which
+    stops the service on exit if it started it (see ``stop``)."""
 
-    def __init__(self, dispatcher, ref: ServiceRef, owned: bool, temp_dir: str | None = None):
+    def __init__(self, dispatcher, ref: ServiceRef, owned: bool, temp_dir: str | None = None,
+                 *, started: bool = False, embedded: bool = False):
         self._dispatcher = dispatcher
         self.ref = ref
-        self._owned = owned
+        self._owned = owned  # this process's Ray connection was made for this Service
+        self._started = started  # this Service created the dispatcher
+        self._embedded = embedded  # the Ray is this process's own: it goes with it
         self._temp_dir = temp_dir  # the journal's directory, when start() made it
 
     def status(self) -> ServiceStatus:
@@ -104,18 +122,38 @@ class Service:
             fig.savefig(path)
         return fig
 
-    def stop(self) -> None:
-        """Stops the workers and the dispatcher (and the embedded Ray this process started)."""
+    def stop(self, force: bool = False) -> None:
+        """Stops the workers and the dispatcher if this ``Service`` started them (and the
+        embedded Ray this process started); their clients' iterators raise
+        ``ServiceStoppedError``.
+
+        A ``Service`` that joined a running service (``service.connect``, or
+        ``service.start`` that found one) does not stop it: other trainers may read
+        from it. It only disconnects (ends the Ray connection it made), and warns;
+        ``force=True`` stops the service for every client (``jdata service stop``).
+        """
+        if not (self._started or force):
+            where = _ray.describe(self.ref.address, self.ref.namespace)
+            warnings.warn(
+                f"svc.stop(): not stopping the service at {where}: this Service joined it, "
+                "another process started it (and other trainers may read from it); this "
+                "process only disconnects. svc.stop(force=True) stops it for every client",
+                stacklevel=2)
+        self._close(self._started or force)
+
+    def _close(self, stop_service: bool) -> None:
         ray = _ray.ray_module()
-        if not ray.is_initialized():
-            return
-        try:
-            ray.get(self._dispatcher.stop.remote(), timeout=30)
-            ray.kill(self._dispatcher)
-        except Exception:  # already gone
-            pass
-        if self._owned:
-            ray.shutdown()
+        if ray.is_initialized():
+            readers = []
+            if stop_service:
+                readers = transport.stop_readers(self._dispatcher)
+                _stop_dispatcher(ray, self._dispatcher)
+            if self._owned:
+                deadline = time.monotonic() + _CLIENTS_GRACE_SEC
+                transport.wait_for_readers(readers, deadline)
+                if stop_service and self._embedded:
+                    _wait_for_other_drivers(ray, deadline)
+                ray.shutdown()
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
 
@@ -123,7 +161,32 @@ class Service:
         return self
 
     def __exit__(self, *exc):
-        self.stop()
+        self._close(self._started)  # a joined service: disconnects (its start warned)
+
+
+def _stop_dispatcher(ray, dispatcher) -> None:
+    try:
+        ray.get(dispatcher.stop.remote(), timeout=30)
+    except Exception:  # already gone; killed all the same
+        pass
+    try:
+        ray.kill(dispatcher)  # for good: no restart
+    except Exception:
+        pass
+
+
+def _wait_for_other_drivers(ray, deadline: float) -> None:
+    """Until no other process is connected to this process's Ray (its trainers left), or
+    ``deadline``."""
+    try:
+        from ray._private import state  # the GCS's job table: needs no dashboard
+
+        own = ray.get_runtime_context().get_job_id()
+        while time.monotonic() < deadline and any(
+                not job["IsDead"] and job["JobID"] != own for job in state.jobs()):
+            time.sleep(_CLIENTS_POLL_SEC)
+    except Exception:  # a Ray without that table: shut down without waiting
+        pass
 
 
 def _check_workers(num_workers, what: str) -> None:
@@ -139,8 +202,11 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
           split_elements: int | None = None, client_timeout: float = CLIENT_TIMEOUT_SEC,
           window_bytes: int | None = None, cache_dir: str | None = None,
           job_timeout: float | None = None, **ray_init_kw) -> Service:
-    """Starts the service (or joins the dispatcher that runs in ``namespace``, as it is:
-    with a warning when its worker count differs from ``num_workers``).
+    """Starts the service, or joins the dispatcher that runs in ``namespace`` as it is,
+    with a warning (its settings stay; the ``Service`` returned then does not stop it,
+    see ``Service.stop``; a ``ServiceVersionError`` if its jdata speaks another
+    protocol). A dispatcher that cannot start raises its own error (a ``JournalError``
+    for a ``work_dir`` whose journal is of another version), else ``ServiceStartError``.
 
     Args:
       address: ``None`` for an embedded local Ray on 127.0.0.1 with token
@@ -204,13 +270,8 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
     if running is not None:
         if temp_dir is not None:
             shutil.rmtree(temp_dir, ignore_errors=True)
-        workers = len(ray.get(running.workers.remote()))
-        if workers != num_workers and num_workers != AUTOTUNE:
-            warnings.warn(
-                f"service.start: a dispatcher already runs in namespace {namespace!r} with "
-                f"{workers} workers: joined it as it is (num_workers={num_workers} and the "
-                "other settings are not applied); svc.scale(n) changes its worker count, or "
-                "start another service with namespace=...", stacklevel=2)
+        _check_version(ray, running, address, namespace, "service.start", owned)
+        _warn_joined(ray, running, address, namespace, num_workers)
         split_elements = split_elements or ray.get(running.split_elements.remote())
         return Service(running, ServiceRef(address, namespace, split_elements), owned)
     head = _head_node(ray)
@@ -225,8 +286,63 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
                           float(client_timeout), window_bytes, max_workers, cache_dir,
                           job_timeout, split_elements)
-    _wait_for_workers(handle, max(num_workers, 1), "service.start", _WORKERS_WAIT_SEC)
-    return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir)
+    try:
+        _wait_for_workers(handle, max(num_workers, 1), "service.start", _WORKERS_WAIT_SEC)
+    except ray.exceptions.RayActorError as e:  # its constructor raised: it will not restart
+        if owned:
+            ray.shutdown()
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        raise _start_error(e) from None
+    return Service(handle, ServiceRef(address, namespace, split_elements), owned, temp_dir,
+                   started=True, embedded=owned and address is None)
+
+
+def _check_version(ray, dispatcher, address, namespace: str, what: str, owned: bool) -> None:
+    """``_version.check``; a Ray connected only for this is disconnected when it fails."""
+    try:
+        _version.check(ray, dispatcher, _ray.describe(address, namespace), what)
+    except _errors.ServiceVersionError:
+        if owned:
+            ray.shutdown()
+        raise
+
+
+def _warn_joined(ray, running, address, namespace: str, num_workers: int) -> None:
+    workers = len(ray.get(running.workers.remote()))
+    where = _ray.describe(address, namespace)
+    if workers != num_workers and num_workers != AUTOTUNE:
+        ignored = (f"num_workers={num_workers} and the other settings are not applied; "
+                   "svc.scale(n) changes its worker count")
+    else:
+        ignored = "the settings given here are not applied"
+    warnings.warn(
+        f"service.start: a dispatcher already runs at {where} with {workers} workers: "
+        f"joined it as it is ({ignored}). Another process started it: this Service does not "
+        "stop it on stop() or exit, it only disconnects (svc.stop(force=True) stops it for "
+        "every client); start a service of your own with namespace=...", stacklevel=3)
+
+
+# The last line of a traceback in Ray's report of a failed actor: "module.Class: message".
+_RAISED = re.compile(r"^(?:\w+\.)*(\w+): (.+)$", re.MULTILINE)
+
+
+def _start_error(error) -> Exception:
+    """The dispatcher's own error out of Ray's report that its constructor raised (a
+    60-line traceback, as text): a jdata error as the dispatcher raised it (a journal of
+    another version is a ``JournalError``), else a ``ServiceStartError`` with its line."""
+    raised = _RAISED.findall(str(error))
+    if not raised:
+        return _errors.ServiceStartError(f"service.start: the dispatcher did not start: {error}")
+    name, message = raised[-1]
+    kind = getattr(_errors, name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            return kind(message)
+        except TypeError:  # an error built from more than its message
+            pass
+    return _errors.ServiceStartError(f"service.start: the dispatcher did not start: {name}: "
+                                     f"{message}")
 
 
 def _wait_for_workers(dispatcher, num_workers: int, what: str, timeout: float) -> None:
@@ -261,21 +377,32 @@ def connect(address: str | None = None, namespace: str = "jdata", *,
     ``split_elements``: elements per split of the jobs this process starts (``None``: the
     service's, as ``service.start`` or ``jdata service start --split-elements`` set it,
     else measured). A named job is cut by its first client: the others adopt its splits.
+
+    The versions are checked first: a ``ServiceVersionError`` names both when the
+    service's jdata speaks another client protocol. The ``Service`` returned does not
+    stop the service on ``stop()`` or exit (it only disconnects the Ray connection it
+    made); ``stop(force=True)`` does.
     """
     _check_split_elements(split_elements, "service.connect")
     ray = _ray.ray_module()
-    if not ray.is_initialized():
+    owned = not ray.is_initialized()
+    if owned:
         if address is None:
-            raise RuntimeError("service.connect: no Ray in this process; pass the cluster's "
-                               "address")
+            raise _errors.ServiceConnectionError(
+                "service.connect: no Ray in this process; pass the cluster's address")
         _ray.init_remote(address, namespace, **ray_init_kw)
     try:
         handle = ray.get_actor(_DISPATCHER, namespace=namespace)
     except ValueError:
-        raise RuntimeError(f"service.connect: no jdata dispatcher in namespace {namespace!r}; "
-                           "start one with service.start()") from None
+        if owned:
+            ray.shutdown()
+        at = address or "this process's Ray"
+        raise _errors.ServiceNotFoundError(
+            f"service.connect: no jdata dispatcher in namespace {namespace!r} at {at}; start "
+            "one with service.start()") from None
+    _check_version(ray, handle, address, namespace, "service.connect", owned)
     split_elements = split_elements or ray.get(handle.split_elements.remote())
-    return Service(handle, ServiceRef(address, namespace, split_elements), owned=False)
+    return Service(handle, ServiceRef(address, namespace, split_elements), owned)
 
 
 def _head_node(ray) -> str:

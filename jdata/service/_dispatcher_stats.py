@@ -77,7 +77,8 @@ class Stats:
                                                          "bytes")),
                             self.workers.rate(worker_id, "elements"),
                             self.workers.rate(worker_id, "bytes"),
-                            self.workers.rate(worker_id, "busy_sec"))
+                            self.workers.rate(worker_id, "busy_sec"),
+                            latest.get("memory_bytes", 0), latest.get("plans", 0))
 
     def job_status(self, info, workers, conflicts: dict) -> JobStatus:
         """A job's summary, with its clients' recent rates (their heartbeats' reports)

@@ -21,7 +21,7 @@ import time
 import uuid
 import weakref
 
-from jdata._errors import ServiceError
+from jdata._errors import ServiceError, WorkerImportError
 from jdata.runtime import states
 from jdata.service import _lease_reads, _reader_states, _session, splits
 from jdata.service._lease_core import Action, LeaseCore
@@ -39,6 +39,13 @@ _NO_WORKER_SEC = 120.0
 # The readers of this process, by job: one waiting for units another holds while idle
 # (two iterators of a named job alternated on one thread) takes them over at once.
 _LOCAL: dict[str, weakref.WeakSet] = {}
+
+
+def _reason(error: BaseException) -> BaseException:
+    """What to raise for a failed element: a worker that cannot decode the job's plan
+    fails every read of it alike (its units are not lost one by one, the job cannot run)."""
+    cause = error.__cause__
+    return cause if isinstance(cause, WorkerImportError) else error
 
 
 class LeaseReader:
@@ -174,7 +181,7 @@ class LeaseReader:
         self.stats.elements += len(out)
         self.stats.buffered -= len(out)
         if failed:
-            raise out[0].error
+            raise _reason(out[0].error)
         return out
 
     def _lease(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import warnings
 
 from jdata.service._messages import Register, Registered
 
@@ -155,7 +156,7 @@ def _heartbeat(session: Session, period: float, tuner, hand_off) -> None:
     transport, membership, stats = session.transport, session.membership, session.stats
     report, activity = session.report, session.activity
     while not session._stop.wait(period):
-        if not transport.live():
+        if not transport.live() or transport.known_stopped():
             return  # the service stopped: a call would start (or join) another Ray
         stages = tuner.live()
         consumer = stages[-1].stats if stages else stats
@@ -166,6 +167,8 @@ def _heartbeat(session: Session, period: float, tuner, hand_off) -> None:
         sent = time.monotonic()
         reply = transport.ask("heartbeat", membership.job_id, membership.client_id,
                               dataclasses.replace(report))
+        if reply is None and _stopped_meanwhile(transport):
+            return
         if reply is not None and reply.standing == "ok":
             session.confirmed(sent)
             session.give_back = reply.give_back
@@ -173,3 +176,15 @@ def _heartbeat(session: Session, period: float, tuner, hand_off) -> None:
             method = hand_off()
             if method is not None:  # else the reader is collected: its close releases
                 method()
+
+
+def _stopped_meanwhile(transport) -> bool:
+    """Whether the service was stopped; warns if this heartbeat is the first to find it
+    (not this process's stop, nor a reader): said now, not only at the next element, as
+    a trainer busy with a long step may be ended by its cluster's shutdown before."""
+    if transport.known_stopped():
+        return True
+    if not transport.gone():
+        return False
+    warnings.warn(str(transport.ended()), RuntimeWarning, stacklevel=1)
+    return True

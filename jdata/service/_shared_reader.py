@@ -206,7 +206,8 @@ class SharedReader:
         return _reader_states.shared_state(positions)
 
     def set_state(self, state) -> None:
-        self._positions = _reader_states.read_shared_state(state)
+        self._positions = _reader_states.read_shared_state(state,
+                                                           self._dnode.input.cardinality())
 
     def close(self) -> None:
         if self.session is None or not self.session.closing():

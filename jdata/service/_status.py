@@ -6,10 +6,42 @@ from __future__ import annotations
 import dataclasses
 
 
+def memory_bytes() -> int:
+    """This process's private resident memory (``RssAnon``: not the pages of Ray's shared
+    object store it mapped, which the store bounds); 0 where ``/proc`` does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 @dataclasses.dataclass(frozen=True)
 class ProcessInfo:
     pid: int | None
     node_id: str | None
+    memory_bytes: int = 0  # private resident (``memory_bytes()``)
+
+
+@dataclasses.dataclass(frozen=True)
+class JournalStatus:
+    """The dispatcher's journal: its file's size on disk (with SQLite's write-ahead log),
+    the snapshot's and the records' since (``tail_bytes``), how often it was compacted,
+    and whether it can be written. ``writable`` False: the dispatcher refuses what would
+    change its books (``ServiceUnavailableError``) since ``since`` (``time.time()``),
+    for ``error``, and retries each second."""
+
+    path: str
+    file_bytes: int
+    snapshot_bytes: int
+    tail_bytes: int
+    compactions: int
+    writable: bool = True
+    error: str | None = None
+    since: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +63,8 @@ class WorkerStatus:
     elements_per_sec: float = 0.0
     bytes_per_sec: float = 0.0
     busy: float = 0.0
+    memory_bytes: int = 0  # private resident (``memory_bytes()``)
+    plans: int = 0  # the jobs' plans it holds decoded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,10 +177,23 @@ class ServiceStatus:
     jobs: list
     autoscaler: AutoscalerStatus | None = None
     autocache: list = dataclasses.field(default_factory=list)
+    journal: JournalStatus | None = None
+    # What failed in the dispatcher's monitor (each step is tried again every tick): its
+    # error in words -> how often. Empty when all is well.
+    monitor_errors: dict = dataclasses.field(default_factory=dict)
 
     def __str__(self):
-        lines = [f"dispatcher pid {self.dispatcher.pid} on node {self.dispatcher.node_id}",
-                 f"{len(self.workers)} workers:"]
+        lines = [f"dispatcher pid {self.dispatcher.pid} on node {self.dispatcher.node_id}, "
+                 f"{self.dispatcher.memory_bytes / 1e6:,.0f} MB"]
+        j = self.journal
+        if j is not None:
+            lines.append(f"journal {j.path}: {j.file_bytes / 1e6:,.2f} MB (snapshot "
+                         f"{j.snapshot_bytes / 1e3:,.0f} kB, {j.tail_bytes / 1e3:,.0f} kB of "
+                         f"records since), {j.compactions} compactions"
+                         + ("" if j.writable else f"; CANNOT WRITE since {j.since:.0f}: "
+                            f"{j.error}; new jobs, clients and leases are refused"))
+        lines += [f"monitor error ({n}x): {e}" for e, n in self.monitor_errors.items()]
+        lines.append(f"{len(self.workers)} workers:")
         lines += [f"  {w.worker_id} pid {w.pid}: {w.active} reads running ({w.tasks} in "
                   f"all), {w.elements_per_sec:,.0f} elements/s, "
                   f"{w.bytes_per_sec / 1e6:,.1f} MB/s, {w.busy:.0%} busy"

@@ -10,17 +10,21 @@ node (``_reader_for``):
 - ``_rounds_reader.RoundsReader``: ``num_consumers`` (coordinated rounds).
 
 The shell owns what all share: the stage of ``it.stats()``, the start on the first
-element, the state (``snapshot``/``set_state``) and ``close``. The contract each
+element, the state (``snapshot``/``set_state``), ``close``, and the end of a stopped
+service: whatever a reader meets once its service was stopped (a dead actor, a shut
+down Ray) comes out as one ``ServiceStoppedError``. The contract each
 reader keeps, mode by mode and fault by fault, is the table in docs/service.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import ClassVar
 
 from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
+from jdata._errors import ServiceError, UDFError
 from jdata._plan import Node
 from jdata.runtime.iterator import Tunable
 from jdata.runtime.stats import OpStats
@@ -118,10 +122,23 @@ class _DistributeIterator(Tunable):
         come first, so nothing is lost."""
         if self._closed:
             return []
-        if not self._started:
-            self._started = True
-            self._reader.start()
-        return self._reader.next_many(n)
+        try:
+            if not self._started:
+                self._started = True
+                self._reader.start()
+            with self._entered():
+                return self._reader.next_many(n)
+        except (UDFError, ServiceError):  # an element's, or the service's own word
+            raise
+        except Exception as e:
+            transport = getattr(self._reader, "transport", None)
+            if transport is not None and transport.stopped():
+                raise transport.ended() from e
+            raise
+
+    def _entered(self):
+        transport = getattr(self._reader, "transport", None)  # None: its start failed
+        return contextlib.nullcontext() if transport is None else transport.entered()
 
     def snapshot(self):
         return self._reader.snapshot()

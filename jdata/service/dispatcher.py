@@ -11,21 +11,39 @@ head node) that keeps the service's books and wires them to Ray.
 - **Coordination** (``_coordination``): coordinated jobs' schedules and agreements.
 - **Scaling** (``_scaling``): the worker count, Cachew's autoscaler, draining.
 
+The journal is compacted (a snapshot of the state in place of the records before it)
+whenever the records since the last snapshot outweigh it, so a restart replays little
+at any age. When it cannot be written (its disk full or failing), the state goes back
+to what the journal holds, and the dispatcher refuses what would change its books
+(``ServiceUnavailableError``), reads aside, until a snapshot writes again, tried
+every monitor tick; ``status().journal`` says so. ``work_dir`` is locked
+(``_work_dir``): one dispatcher journals into it.
+
 Locks: ``_ledger_lock`` guards the state and the journal, and is the only one held
 while another is taken (each module's own lock is a leaf: held for its own tables,
 never across a call out). A monitor thread pings the workers twice a second, joins
-started ones, replaces lost ones, drives the autoscaler and expires silent clients.
+started ones, replaces lost ones, drives the autoscaler and expires silent clients; a step
+that fails is reported (``status().monitor_errors``) and the next tick goes on.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import sys
 import threading
 import time
+import traceback
 
-from jdata.service import _autocache_plans, _coordination, _dispatcher_stats, _policies
-from jdata.service import _requests
+from jdata._errors import ServiceUnavailableError
+from jdata.service import (
+    _autocache_plans,
+    _coordination,
+    _dispatcher_stats,
+    _policies,
+    _requests,
+    _work_dir,
+)
 from jdata.service import journal as journal_module
 from jdata.service import state as st
 from jdata.service._coordination import ROUND_LEAD as ROUND_LEAD
@@ -34,12 +52,21 @@ from jdata.service._coordination import Coordination
 from jdata.service._membership import WORKER_PREFIX as WORKER_PREFIX
 from jdata.service._membership import Members
 from jdata.service._scaling import Scaling
-from jdata.service._status import AutocacheStatus, ProcessInfo, ServiceStatus
+from jdata.service._status import (
+    AutocacheStatus,
+    JournalStatus,
+    ProcessInfo,
+    ServiceStatus,
+    memory_bytes,
+)
 
 NAME = "jdata-dispatcher"
 _PING_SEC = 0.5
 # A named job with no client is kept this long by default, for its clients' restores.
 JOB_TIMEOUT_SEC = 3600.0
+# The journal is compacted once the records since its snapshot weigh more than the
+# snapshot and this: each byte of state is rewritten at most about once per byte appended.
+COMPACT_MIN_BYTES = 128 * 1024
 
 
 class Dispatcher:
@@ -50,11 +77,15 @@ class Dispatcher:
                  max_workers: int | None = None, cache_dir: str | None = None,
                  job_timeout: float | None = None, split_elements: int | None = None):
         os.makedirs(work_dir, exist_ok=True)
-        path = os.path.join(work_dir, "journal.sqlite")
-        self._ledger_lock = threading.RLock()  # guards _state and _journal
+        self._work_dir_lock = _work_dir.take(work_dir, namespace)  # held while this lives
+        self._path = path = os.path.join(work_dir, "journal.sqlite")
+        self._ledger_lock = threading.RLock()  # guards _state, _journal and _fault
         self._state = journal_module.restore(path) if os.path.exists(path) else \
             st.DispatcherState()
         self._journal = journal_module.Journal(path)
+        self._fault: tuple[str, float] | None = None  # (why it cannot journal, since)
+        self._compactions = 0
+        self._monitor_errors: collections.Counter = collections.Counter()
         self._client_timeout = client_timeout
         self._job_timeout = job_timeout or JOB_TIMEOUT_SEC
         self._split_elements = split_elements
@@ -104,6 +135,8 @@ class Dispatcher:
         applied: list = []
 
         def apply(update) -> None:
+            if self._fault is not None and type(update) is not st.ClientSeen:
+                raise self._unavailable()
             self._state.apply(update)  # raises, changing nothing, if it does not fit
             applied.append(update)
 
@@ -113,12 +146,60 @@ class Dispatcher:
             finally:
                 journaled = [u for u in applied if type(u) is not st.ClientSeen]
                 if journaled:
-                    self._journal.append(journaled)
+                    self._append(journaled)
                 removed = [u.job_id for u in applied if type(u) is st.JobRemoved]
                 if removed:
                     self._removed(removed)
                 if any(type(u) in (st.WorkerJoined, st.WorkerLost) for u in applied):
                     self._spread.clear()  # grants since the workers changed: all start even
+
+    def _append(self, updates: list) -> None:
+        """Journals applied ``updates``; if the journal cannot take them, the state goes
+        back to what it holds (the caller's request failed: nobody was told of them)."""
+        try:
+            self._journal.append(updates)
+        except journal_module.JournalError as error:
+            self._fail(error)
+            self._state = journal_module.restore(self._path)
+            self._state.grace(time.time())
+            raise self._unavailable() from error
+        if self._journal.tail_bytes > max(COMPACT_MIN_BYTES, self._journal.snapshot_bytes):
+            try:
+                self._compact()
+            except journal_module.JournalError as error:  # the records are in: only say so
+                self._fail(error)
+
+    def _compact(self) -> None:
+        self._journal.compact(self._state)
+        self._compactions += 1
+        self._fault = None
+
+    def _fail(self, error: Exception) -> None:
+        if self._fault is None:
+            self._fault = (str(error), time.time())
+            print(f"jdata dispatcher: cannot write the journal: {error}; refusing new jobs, "
+                  "clients and leases until it can", file=sys.stderr, flush=True)
+
+    def _unavailable(self) -> ServiceUnavailableError:
+        why, since = self._fault
+        return ServiceUnavailableError(
+            f"the jdata dispatcher cannot write its journal {self._path} since "
+            f"{time.strftime('%H:%M:%S', time.localtime(since))} ({why}), so it takes no "
+            "new jobs, clients or leases; reads of what was granted go on. Free space on "
+            "that disk: it recovers by itself within a second of being able to write")
+
+    def _retry_journal(self) -> None:
+        """While the journal cannot be written: a snapshot of the state (what the journal
+        holds: nothing changed since) is tried; once written, requests are taken again."""
+        with self._ledger_lock:
+            if self._fault is not None:
+                try:
+                    self._compact()
+                except journal_module.JournalError:
+                    pass
+                else:
+                    print("jdata dispatcher: the journal can be written again",
+                          file=sys.stderr, flush=True)
 
     def _removed(self, job_ids: list) -> None:
         for job_id in job_ids:
@@ -142,18 +223,31 @@ class Dispatcher:
             self._scaling.forget(worker_id)
 
     def _monitor(self) -> None:
+        steps = (self._retry_journal, self._ping_workers,
+                 lambda: self._members.join_started(self._stats.worker_seen),
+                 self._scaling.fill, self._scaling.drain,
+                 lambda: self._scaling.tick(self._client_reports(), self._worker_reports()),
+                 self._expire)
         while not self._stop.wait(_PING_SEC):
-            for worker_id, info in self._members.ping().items():
-                if info is None:
-                    self._lose(worker_id)
-                else:
-                    self._stats.worker_seen(worker_id, info)
-            self._members.join_started(self._stats.worker_seen)
-            self._scaling.fill()
-            self._scaling.drain()
-            self._scaling.tick(self._client_reports(), self._worker_reports())
-            self._decide(lambda apply: [apply(u) for u in _policies.expire(
-                self._state, time.time(), self._client_timeout, self._job_timeout)])
+            for step in steps:  # each on its own: one failing stops none of the others
+                try:
+                    step()
+                except ServiceUnavailableError:  # the journal: retried first, each tick
+                    pass
+                except Exception as error:  # a bug or Ray's: said, counted, tried again
+                    self._monitor_errors[f"{type(error).__name__}: {error}"[:200]] += 1
+                    traceback.print_exc(file=sys.stderr)
+
+    def _ping_workers(self) -> None:
+        for worker_id, info in self._members.ping().items():
+            if info is None:
+                self._lose(worker_id)
+            else:
+                self._stats.worker_seen(worker_id, info)
+
+    def _expire(self) -> None:
+        self._decide(lambda apply: [apply(u) for u in _policies.expire(
+            self._state, time.time(), self._client_timeout, self._job_timeout)])
 
     def _client_reports(self) -> dict:
         with self._ledger_lock:
@@ -318,6 +412,13 @@ class Dispatcher:
 
     # ------------------------------------------------------------ operations
 
+    def version(self) -> dict:
+        """``{"jdata", "protocol"}`` (``_version``: joining clients compare it), and
+        ``"stopping"``: whether ``stop`` ran (clients then tell a stop from a failure)."""
+        from jdata.service import _version
+
+        return {**_version.reported(), "stopping": self._stop.is_set()}
+
     def scale(self, num_workers: int) -> None:
         """Sets a fixed worker count (``Scaling.scale``; ``AUTOTUNE``: the autoscaler's)."""
         self._scaling.scale(num_workers)
@@ -342,8 +443,19 @@ class Dispatcher:
                 for info in infos]
         with self._caches_lock:
             caches = [AutocacheStatus(**entry) for entry in self._caches.status()]
-        return ServiceStatus(ProcessInfo(os.getpid(), ray.get_runtime_context().get_node_id()),
-                             workers, jobs, self._scaling.status(), caches)
+        return ServiceStatus(ProcessInfo(os.getpid(), ray.get_runtime_context().get_node_id(),
+                                         memory_bytes()),
+                             workers, jobs, self._scaling.status(), caches,
+                             self._journal_status(), dict(self._monitor_errors))
+
+    def _journal_status(self) -> JournalStatus:
+        size = sum(os.path.getsize(p) for p in (self._path, self._path + "-wal")
+                   if os.path.exists(p))
+        with self._ledger_lock:
+            why, since = self._fault or (None, None)
+            return JournalStatus(self._path, size, self._journal.snapshot_bytes,
+                                 self._journal.tail_bytes, self._compactions,
+                                 self._fault is None, why, since)
 
     def stop(self) -> None:
         """Stops the monitor and every worker (the actor itself is killed by the caller)."""

@@ -13,8 +13,13 @@ unpickled. A file that is not a jdata journal, or whose records are damaged
 or do not replay, is a ``JournalError`` naming the path, never an empty
 state.
 
-``compact`` keeps the file bounded over a long-running service: it drops
-the records of removed jobs and the heartbeats that no longer matter.
+``compact(state)`` keeps the file bounded over a long-running service: it
+writes a snapshot of the state (``_snapshot``) in place of every record
+before it, in one transaction, so the file holds the live state and the
+records since; ``restore`` reads the snapshot, then replays the records after
+it. The dispatcher compacts when the records since the last snapshot outweigh
+it (``tail_bytes``), so a restart replays little at any age. Freed pages go
+back to the file system (``auto_vacuum``).
 
 >>> import os, tempfile
 >>> from jdata.service import journal, state as st
@@ -34,19 +39,26 @@ import sqlite3
 import threading
 import zlib
 
+from jdata.service import _snapshot
 from jdata.service._updates import decode, encode
 from jdata.service.state import DispatcherState
 
 _FORMAT = "jdata.service.journal"
-# 2: units with segments, lineages, commits and restores (issue 23); 1 is not read.
-_VERSION = 2
+# 3: a snapshot of the state before the records (issue 24). 2 (units with segments,
+# lineages, commits and restores) is read and upgraded in place; 1 is not read.
+_VERSION = 3
+_UPGRADES = {"2"}
+_WAL_LIMIT_BYTES = 256 * 1024
+_SNAPSHOT_TABLE = ("CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), "
+                   "seq INTEGER NOT NULL, record TEXT NOT NULL, crc INTEGER NOT NULL)")
 _SCHEMA = (
     "CREATE TABLE jdata_journal (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    # seq orders the updates; kind, job_id, client_id and time only serve compact().
+    # seq orders the updates; kind, job_id, client_id and time serve queries by hand.
     # crc: SQLite checks no data, so damage inside a record would replay silently.
     "CREATE TABLE updates (seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, job_id TEXT, "
     "client_id TEXT, time REAL, record TEXT NOT NULL, crc INTEGER NOT NULL)",
     "CREATE INDEX updates_by_job ON updates (job_id, kind)",
+    _SNAPSHOT_TABLE,
 )
 
 
@@ -61,11 +73,19 @@ class Journal:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
         self._db = None
+        self._tail_bytes = self._snapshot_bytes = 0
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._check_or_create()  # first: a foreign database is left as it was
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            # Each append writes whole pages to the write-ahead log: checkpoint it every
+            # 64 of them and cut it back after, or it alone would keep 4 MB.
+            self._db.execute("PRAGMA wal_autocheckpoint=64")
+            self._db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
+            self._tail_bytes, self._snapshot_bytes = self._db.execute(
+                "SELECT (SELECT COALESCE(SUM(LENGTH(record)), 0) FROM updates), "
+                "(SELECT COALESCE(SUM(LENGTH(record)), 0) FROM snapshot)").fetchone()
         except sqlite3.Error as error:
             self.close()
             raise JournalError(f"{self.path} is not a readable jdata service journal: "
@@ -78,6 +98,7 @@ class Journal:
         tables = {row[0] for row in self._db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # before the first table
             with self._transaction():
                 for statement in _SCHEMA:
                     self._db.execute(statement)
@@ -89,10 +110,17 @@ class Journal:
                                f"journal (its tables are {sorted(tables)}); give the "
                                "dispatcher a work_dir of its own")
         meta = dict(self._db.execute("SELECT key, value FROM jdata_journal"))
+        if meta.get("format") == _FORMAT and meta.get("version") in _UPGRADES:
+            with self._transaction():  # records of 2 read the same: it only lacks snapshots
+                self._db.execute(_SNAPSHOT_TABLE)
+                self._db.execute("UPDATE jdata_journal SET value = ? WHERE key = 'version'",
+                                 (str(_VERSION),))
+            return
         if meta.get("format") != _FORMAT or meta.get("version") != str(_VERSION):
             raise JournalError(f"{self.path} is a journal of format {meta.get('format')!r} "
                                f"version {meta.get('version')!r}; this jdata reads "
-                               f"{_FORMAT!r} version {_VERSION}")
+                               f"{_FORMAT!r} version {_VERSION} (and upgrades "
+                               f"{sorted(_UPGRADES)})")
 
     def _open(self) -> sqlite3.Connection:
         if self._db is None:
@@ -124,45 +152,68 @@ class Journal:
         with self._lock, self._errors("append to"), self._transaction():
             self._open().executemany("INSERT INTO updates (kind, job_id, client_id, time, "
                                      "record, crc) VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self._tail_bytes += sum(len(row[4]) for row in rows)
+
+    @property
+    def tail_bytes(self) -> int:
+        """The bytes of the records after the snapshot (as this process counted them)."""
+        return self._tail_bytes
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """The bytes of the snapshot (0: none)."""
+        return self._snapshot_bytes
+
+    def snapshot(self) -> DispatcherState | None:
+        """The state the snapshot holds (``None``: none was written)."""
+        with self._lock, self._errors("read"):
+            row = self._open().execute("SELECT seq, record, crc FROM snapshot").fetchone()
+        if row is None:
+            return None
+        seq, text, crc = row
+        try:
+            _check(text, crc)
+            return _snapshot.decode(json.loads(text))
+        except (TypeError, ValueError) as error:
+            raise JournalError(f"{self.path}: the snapshot (up to record {seq}) is damaged: "
+                               f"{error}") from error
 
     def records(self):
-        """``(seq, update)`` for every record, in order (``seq`` names it in errors)."""
+        """``(seq, update)`` for every record after the snapshot, in order (``seq`` names
+        it in errors)."""
         with self._lock, self._errors("read"):
             rows = self._open().execute(
                 "SELECT seq, record, crc FROM updates ORDER BY seq").fetchall()
         for seq, text, crc in rows:
             try:
-                if not isinstance(text, str) or zlib.crc32(text.encode()) != crc:
-                    raise ValueError("its checksum does not match")
+                _check(text, crc)
                 yield seq, decode(json.loads(text))
             except (TypeError, ValueError) as error:  # json's errors are ValueErrors
                 raise JournalError(f"{self.path}: record {seq} is damaged: {error}") from error
 
     def replay(self) -> list:
-        """Every update, in the order appended (less what ``compact`` dropped)."""
+        """Every update after the snapshot, in the order appended."""
         return [update for _, update in self.records()]
 
-    def compact(self) -> int:
-        """Drops records that replay no longer needs; returns how many.
-
-        Those are the records of removed jobs (up to their ``JobRemoved``), and
-        each client's heartbeats but its first (which orders the clients) and
-        its latest-timed one (the state keeps the latest time). Replaying the
-        rest gives the same state. Worker joins and losses are kept (few).
-        """
-        with self._lock, self._errors("compact"), self._transaction():
-            removed = self._open().execute(
-                "DELETE FROM updates WHERE job_id IS NOT NULL AND seq <= (SELECT MAX(r.seq) "
-                "FROM updates r WHERE r.job_id = updates.job_id AND r.kind = 'JobRemoved')"
-            ).rowcount
-            removed += self._open().execute(
-                "DELETE FROM updates WHERE kind = 'ClientSeen' AND seq NOT IN (SELECT MIN(seq) "
-                "FROM updates WHERE kind = 'ClientSeen' GROUP BY job_id, client_id) AND seq NOT "
-                "IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER (PARTITION BY job_id, "
-                "client_id ORDER BY time DESC, seq) AS rank FROM "
-                "updates WHERE kind = 'ClientSeen') WHERE rank = 1)").rowcount
+    def compact(self, state: DispatcherState) -> int:
+        """Writes ``state`` as the snapshot in place of every record; returns how many
+        records went. ``state`` must be what ``restore`` gives now (the dispatcher calls
+        this under the lock it appends under), and is unchanged."""
+        text = json.dumps(_snapshot.encode(state), separators=(",", ":"))
         with self._lock, self._errors("compact"):
-            self._open().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            with self._transaction():
+                db = self._open()
+                last = db.execute("SELECT MAX(seq) FROM updates").fetchone()[0]
+                if last is None:  # nothing after the snapshot: still the state's
+                    last = (db.execute("SELECT seq FROM snapshot").fetchone() or (0,))[0]
+                db.execute("INSERT OR REPLACE INTO snapshot VALUES (1, ?, ?, ?)",
+                           (last, text, zlib.crc32(text.encode())))
+                removed = db.execute("DELETE FROM updates WHERE seq <= ?", (last,)).rowcount
+            self._snapshot_bytes, self._tail_bytes = len(text), 0
+            # executescript steps it to the end (execute frees one page per step); the
+            # checkpoint then writes the shorter file.
+            db.executescript("PRAGMA incremental_vacuum;")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return removed
 
     @contextlib.contextmanager
@@ -185,15 +236,21 @@ class Journal:
         self.close()
 
 
+def _check(text, crc) -> None:
+    if not isinstance(text, str) or zlib.crc32(text.encode()) != crc:
+        raise ValueError("its checksum does not match")
+
+
 def restore(path: str | os.PathLike) -> DispatcherState:
-    """The state that replaying the journal at ``path`` gives (which must exist)."""
+    """The state that the journal at ``path`` (which must exist) holds: its snapshot, then
+    its records replayed."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"restore: no journal at {path}; a new dispatcher starts from "
                                 "DispatcherState()")
     with Journal(path) as journal:
+        state = journal.snapshot() or DispatcherState()
         records = list(journal.records())
-    state = DispatcherState()
     for seq, update in records:
         try:
             state.apply(update)

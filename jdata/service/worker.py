@@ -17,7 +17,12 @@ jobs keep a buffer per (job, slot) here (``_worker_buffers``). A job the
 dispatcher removed is stopped (``stop_job``): its reads end at their next block.
 
 Plans travel once per job: the client puts the cloudpickled plan in the
-object store and the worker keeps the decoded plan by fingerprint.
+object store and the worker keeps the decoded plan by job, never by
+fingerprint (two pipelines a fingerprint mistook for one would run each
+other's plan). A job's plan goes with the job (``stop_job``), and any plan
+no read used for ``PLAN_IDLE_SEC`` goes at the next ping (a later read of
+its job decodes it again): a worker's memory does not grow with the jobs it
+ever ran.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import cloudpickle
 from jdata import _random
 from jdata.runtime import segments
 from jdata.service import _blocks, _rounds, _worker_buffers, _worker_reads, splits
+from jdata.service._status import memory_bytes
 from jdata.service._worker_reads import BLOCK_BYTES as BLOCK_BYTES
 from jdata.service._worker_reads import BLOCK_ELEMENTS as BLOCK_ELEMENTS
 from jdata.service._worker_reads import BLOCK_SEC as BLOCK_SEC
@@ -45,6 +51,9 @@ READ_AHEAD = 2
 _SLOT_SALT = _random.salt("service.slot")
 # A stopped job is remembered this long (a read of it that starts late ends at once).
 _STOPPED_SEC = 3600.0
+# A plan no read used for this long is dropped (a named job without clients keeps its
+# ledger for an hour; its plan, which may hold a source's arrays, need not wait).
+PLAN_IDLE_SEC = 120.0
 
 
 def slot_epoch(epoch: int, slot: int) -> int:
@@ -76,7 +85,7 @@ class WorkerInfo:
     worker_id: str
     pid: int
     node_id: str
-    counters: dict  # elements, bytes, tasks, active, busy_sec, active_sec
+    counters: dict  # elements, bytes, tasks, active, busy_sec, active_sec, plans, memory_bytes
     windows: dict  # (job id) -> a shared window's or rounds buffer's figures
 
 
@@ -118,6 +127,30 @@ class WorkerStats:
                     "active_sec": active_sec}
 
 
+def _decode_plan(plan_ref: list) -> tuple:
+    """The job's ``(node, options)`` from the object store."""
+    import ray
+
+    try:
+        return cloudpickle.loads(ray.get(plan_ref[0]))
+    except ImportError as e:
+        # A UDF of a module only the trainer has comes by name: every read of the job
+        # fails alike, so the client is told what is missing and how to ship it.
+        from jdata._errors import WorkerImportError
+
+        raise WorkerImportError(e.name, f"{type(e).__name__}: {e}") from e
+
+
+class _Plan:
+    """A job's decoded plan, ``(node, options)``, and when a read last asked for it. A read
+    keeps its own reference: dropping the entry never disturbs a running read."""
+
+    __slots__ = ("plan", "used")
+
+    def __init__(self, plan: tuple):
+        self.plan, self.used = plan, time.monotonic()
+
+
 # A shared or coordinated buffer nobody read for this many consumer timeouts (or the
 # client timeout, if longer) goes.
 BUFFER_IDLE_FACTOR = 3
@@ -130,7 +163,7 @@ class Worker:
                  idle_sec: float = 60.0):
         self.worker_id = worker_id
         self._lock = threading.Lock()  # guards _plans and _stopped
-        self._plans: dict[str, tuple] = {}
+        self._plans: dict[str, _Plan] = {}  # by job id
         self._stopped: dict[str, float] = {}  # job id -> when it was stopped
         self._stats = WorkerStats()
         self._block_sizes: dict[str, int] = {}  # by plan fingerprint
@@ -144,17 +177,26 @@ class Worker:
         segments.sweep(segments.session())
 
     def info(self) -> WorkerInfo:
-        """Totals, and each shared or coordinated buffer's (idle ones go here: it is pinged)."""
+        """Totals, and each shared or coordinated buffer's (idle ones go here: it is pinged,
+        and so do plans no read used for ``PLAN_IDLE_SEC``)."""
         import ray
 
+        now = time.monotonic()
+        with self._lock:
+            for job_id in [j for j, p in self._plans.items()
+                           if now - p.used > PLAN_IDLE_SEC]:
+                del self._plans[job_id]
+            plans = len(self._plans)
+        counters = {**self._stats.snapshot(), "plans": plans, "memory_bytes": memory_bytes()}
         return WorkerInfo(self.worker_id, os.getpid(), ray.get_runtime_context().get_node_id(),
-                          self._stats.snapshot(), self._buffers.snapshot())
+                          counters, self._buffers.snapshot())
 
     def stop_job(self, job_id: str) -> None:
         """The job is gone: its reads end at their next block, its buffers go."""
         now = time.monotonic()
         with self._lock:
             self._stopped[job_id] = now
+            self._plans.pop(job_id, None)
             for old in [j for j, t in self._stopped.items() if now - t > _STOPPED_SEC]:
                 del self._stopped[old]
         self._buffers.drop_job(job_id)
@@ -162,16 +204,17 @@ class Worker:
     def _stopped_check(self, job_id: str):
         return lambda: job_id in self._stopped
 
-    def _plan(self, fingerprint: str, plan_ref: list) -> tuple:
+    def _plan(self, job_id: str, plan_ref: list) -> tuple:
         with self._lock:
-            plan = self._plans.get(fingerprint)
-        if plan is None:
-            import ray
-
-            plan = cloudpickle.loads(ray.get(plan_ref[0]))
-            with self._lock:
-                self._plans[fingerprint] = plan
-        return plan
+            plan = self._plans.get(job_id)
+            if plan is not None:
+                plan.used = time.monotonic()
+                return plan.plan
+        decoded = _decode_plan(plan_ref)
+        with self._lock:
+            if job_id not in self._stopped:
+                self._plans.setdefault(job_id, _Plan(decoded))
+        return decoded
 
     # ------------------------------------------------------------ splits and slots
 
@@ -179,7 +222,7 @@ class Worker:
         """The blocks of one split past ``spec.skip`` outcomes (a streaming generator).
         With ``spec.put`` (autocache) the split is written as that cache's part instead,
         and the one element sent is the part's summary."""
-        node, options = self._plan(spec.fingerprint, spec.plan_ref)
+        node, options = self._plan(spec.job_id, spec.plan_ref)
         split = splits.Split(**spec.unit)
         if spec.put is not None:
             yield self._put(node, options, split, spec.epoch, *spec.put)
@@ -190,7 +233,7 @@ class Worker:
     def read_slot(self, spec: ReadSpec):
         """The blocks of a slot's stream (the whole plan, its randomness the slot's) past
         ``spec.skip`` outcomes (processing mode "off")."""
-        node, options = self._plan(spec.fingerprint, spec.plan_ref)
+        node, options = self._plan(spec.job_id, spec.plan_ref)
         epoch = slot_epoch(spec.epoch, spec.unit)
         yield from self._stream(spec, lambda at: _worker_buffers.open_stream(
             node, options, epoch, at))
@@ -225,7 +268,7 @@ class Worker:
         with the store's probes."""
         from jdata.service import autocache
 
-        node, options = self._plan(fingerprint, plan_ref)
+        node, options = _decode_plan(plan_ref)  # once: not kept
         return dataclasses.asdict(autocache.profile(node, options, store))
 
     # ------------------------------------------------------------ shared and coordinated
@@ -273,7 +316,7 @@ class Worker:
     def _stream_of(self, spec: ReadSpec):
         """Opens the slot's whole-plan stream (once per buffer: called lazily)."""
         def open_it():
-            node, options = self._plan(spec.fingerprint, spec.plan_ref)
+            node, options = self._plan(spec.job_id, spec.plan_ref)
             return _worker_buffers.open_stream(node, options,
                                                slot_epoch(spec.epoch, spec.unit), 0)
         return open_it

@@ -108,6 +108,25 @@ def test_cache_to_a_file_fills_once_then_serves_later_passes_and_runs(tmp_path):
         take_list(jdata.range(7).cache(directory))
 
 
+def test_a_cache_mismatch_names_the_value_that_cannot_be_hashed(tmp_path):
+    directory = str(tmp_path / "cache")
+
+    def pipeline(handle):  # as a new run builds it: another open file each time
+        return jdata.range(3).map(lambda x: x if handle else None).cache(directory)
+
+    with open(os.devnull) as first, open(os.devnull) as second:
+        assert [int(x) for x in pipeline(first)] == [0, 1, 2]
+        with pytest.raises(ValueError, match="different pipeline") as raised:
+            take_list(pipeline(second))
+    message = str(raised.value)
+    assert "No later run can reuse this cache" in message
+    assert "_io.TextIOWrapper (read by " in message and "<lambda>" in message
+    assert "create that value inside the UDF, or make it picklable" in message
+    with pytest.raises(ValueError, match="different pipeline") as certain:
+        take_list(jdata.range(4).cache(directory))
+    assert "cannot be hashed" not in str(certain.value)
+
+
 def test_a_partial_or_closed_pass_leaves_no_cache(tmp_path):
     directory = str(tmp_path / "cache")
     ds = jdata.range(50).map(lambda x: x + 1).cache(directory)

@@ -199,9 +199,9 @@ def _spec(cut, i=0):
     return dataclasses.asdict(cut.split(i))
 
 
-def _worker_with(ds):
+def _worker_with(ds, job="job"):
     w = worker.Worker("w0")
-    w._plans["fp"] = (ds._optimize().plan, ds.options)  # as if fetched from the store
+    w._plans[job] = worker._Plan((ds._optimize().plan, ds.options))  # as if fetched
     return w
 
 
@@ -316,7 +316,7 @@ def test_a_non_udf_error_on_a_worker_is_that_elements_error_and_the_split_goes_o
 def test_a_stopped_jobs_read_ends_at_its_next_block():
     ds = jdata.range(10**6)
     cut = splits.plan_splits(ds._optimize().plan, ds.options, target_elements=10**6, epoch=0)
-    w = _worker_with(ds)
+    w = _worker_with(ds, job="stopped")
     stream = w.read_split(_read(_spec(cut), job="stopped"))
     next(stream)
     w.stop_job("stopped")  # its clients left: the dispatcher removed it

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from jdata.service import _requests
 from jdata.service import journal as J
 from jdata.service import state as S
-from jdata.service._messages import JobPlan, Mode, Position, Register
+from jdata.service._messages import JobPlan, Mode, Register
 from tests.service.ledger_world import World, summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -196,21 +196,23 @@ def test_restoring_after_any_batch_gives_the_state_of_that_prefix(actions):
 
 
 @SETTINGS
-@given(ACTIONS)
-def test_compaction_keeps_the_state_that_replay_gives(actions):
+@given(ACTIONS, st.sets(st.integers(0, 30)))
+def test_compaction_at_any_batch_keeps_the_state_that_replay_gives(actions, cuts):
+    """Compacted after any batches, the journal restores the state every record gives, and
+    goes on taking records."""
     world = _world()
-    for action in actions:
-        _play(world, action)
-    removed = {u.job_id for u in world.history if type(u) is S.JobRemoved}
-    kept = [u for u in world.history if getattr(u, "job_id", None) not in removed]
     with tempfile.TemporaryDirectory() as directory, J.Journal(_path(directory)) as journal:
-        journal.append(world.history)
-        # No heartbeats are journaled: what goes is every record of the removed jobs.
-        assert journal.compact() == len(world.history) - len(kept)
-        assert journal.replay() == kept
-        restored = J.restore(_path(directory))
-        assert (_graced(restored, world.now)) == (
-            _graced(world.state, world.now))
+        start = 0
+        for k, action in enumerate(actions):
+            _play(world, action)
+            journal.append(world.history[start:])
+            start = len(world.history)
+            if k in cuts:
+                journal.compact(world.state)
+                assert journal.replay() == [] and journal.tail_bytes == 0
+            restored = J.restore(_path(directory))
+            assert _graced(restored, world.now) == _graced(copy.deepcopy(world.state),
+                                                           world.now)
         journal.append([S.WorkerJoined("late")])  # and the compacted journal goes on
         assert J.restore(_path(directory)).alive_workers()[-1] == "late"
 
@@ -227,23 +229,53 @@ def test_an_anonymous_job_of_a_world_goes_with_its_last_client_and_compaction_dr
     assert world.history[-1] == S.JobRemoved(client.job_id) and world.state.jobs == ()
     with J.Journal(_path(tmp_path)) as journal:
         journal.append(world.history)
-        assert journal.compact() == len(world.history) - 2
-        assert journal.replay() == world.history[:2]  # the workers joining
+        assert journal.compact(world.state) == len(world.history)
+        assert journal.replay() == []
+        assert journal.snapshot().alive_workers() == world.state.alive_workers()
+        assert journal.snapshot().jobs == ()
 
 
-def test_compaction_drops_removed_jobs_and_stale_heartbeats(tmp_path):
-    beats = [S.ClientSeen("j", "c", t) for t in (2.0, 9.0, 3.0, 5.0)]
-    other = [S.JobCreated("k", None, "fp", 0, "dynamic", 2, None),
-             S.ClientJoined("k", "d", "l", 1.0), S.ClientSeen("k", "d", 1.5),
-             S.ClientReleased("k", "d", ()), S.JobRemoved("k")]
-    commit = S.Committed("j", "c", Position(partial=((0, 0, 2),)))
+def test_a_compacted_journal_is_as_small_as_the_live_state_whatever_ran_before(tmp_path):
+    """Ten thousand grants of jobs that ended leave a file of the live state's size."""
+    state = S.DispatcherState()
     with J.Journal(_path(tmp_path)) as journal:
-        journal.append(_JOB + other + beats + [commit])
-        assert journal.compact() == 5 + 2  # all of k; j's heartbeats at 3 and 5
-        # The first heartbeat and the latest-timed one stay.
-        assert journal.replay() == _JOB + beats[:2] + [commit]
-    restored = J.restore(_path(tmp_path))
-    assert restored.clients("j") == {"c": 9.0} and restored.jobs == ("j",)
+        def run(updates):
+            for update in updates:
+                state.apply(update)
+            journal.append(updates)
+        run([S.WorkerJoined("w0")])
+        for k in range(100):
+            job = f"job{k}"
+            run([S.JobCreated(job, None, "fp", 0, "dynamic", 100, None),
+                 S.ClientJoined(job, "c", "l", 1.0)])
+            for unit in range(100):
+                run([S.LeasesGranted(job, "c", ((unit, "w0"),)),
+                     S.UnitsDone(job, "c", (unit,))])
+            run([S.ClientReleased(job, "c", ()), S.JobRemoved(job)])
+        before = os.path.getsize(_path(tmp_path))
+        journal.compact(state)
+        after = os.path.getsize(_path(tmp_path)) + _size(_path(tmp_path) + "-wal")
+    assert before > 1_000_000 and after < 50_000, (before, after)
+    assert J.restore(_path(tmp_path)).alive_workers() == ("w0",)
+
+
+def _size(path: str) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def test_a_damaged_snapshot_is_a_journal_error(tmp_path):
+    with J.Journal(_path(tmp_path)) as journal:
+        journal.append(_JOB)
+        journal.compact(_replayed(_JOB))
+    db = sqlite3.connect(_path(tmp_path))
+    text = db.execute("SELECT record FROM snapshot").fetchone()[0]
+    forged = text.replace('"w1"', '"w0"')  # alive twice
+    db.execute("UPDATE snapshot SET record = ?, crc = ?",
+               (forged, zlib.crc32(forged.encode())))  # a checksum that fits: read, refused
+    db.commit()
+    db.close()
+    with pytest.raises(J.JournalError, match="the snapshot .* is damaged"):
+        J.restore(_path(tmp_path))
 
 
 def _replayed(updates) -> S.DispatcherState:
@@ -266,7 +298,7 @@ _FINISHED_NAMED_JOB = [
 def test_compaction_keeps_the_latest_epoch_of_a_removed_named_job(tmp_path):
     with J.Journal(_path(tmp_path)) as journal:
         journal.append(_FINISHED_NAMED_JOB)
-        journal.compact()
+        journal.compact(_replayed(_FINISHED_NAMED_JOB))
     request = Register("A", "fp", Mode.DYNAMIC, 0, "l2", JobPlan(2))
     epochs = []
     for state in (_replayed(_FINISHED_NAMED_JOB), J.restore(_path(tmp_path))):
@@ -323,13 +355,13 @@ def test_records_that_do_not_replay_are_an_error_naming_the_record(tmp_path):
 @pytest.mark.parametrize("spoil, match", [
     (lambda data: b"hello\n" * 100, "file is not a database"),
     (lambda data: data[:len(data) // 2], "database disk image is malformed"),
-    (lambda data: data[:4096] + bytes(range(256)) * 16 + data[8192:], "malformed"),
+    (lambda data: data[:8192] + bytes(range(256)) * 16 + data[12288:], "malformed"),
 ], ids=["text", "truncated", "a page overwritten"])
 def test_a_file_that_is_not_a_journal_is_an_error_naming_it(tmp_path, spoil, match):
     _journal_of(_path(tmp_path), [S.WorkerJoined(f"w{i}") for i in range(300)])
     with open(_path(tmp_path), "rb") as f:
         data = f.read()
-    assert len(data) > 8192  # a page past the header to spoil
+    assert len(data) > 12288  # a page past the header and the pointer map (auto_vacuum)
     with open(_path(tmp_path), "wb") as f:
         f.write(spoil(data))
     not_a_journal = f"{_path(tmp_path)} is not a readable jdata service journal: .*{match}"
@@ -357,8 +389,22 @@ def test_a_journal_of_another_version_is_refused(tmp_path, version):
     db.commit()
     db.close()
     with pytest.raises(J.JournalError, match=f"version '{version}'; this jdata reads "
-                                             "'jdata.service.journal' version 2"):
+                                             "'jdata.service.journal' version 3"):
         J.restore(_path(tmp_path))
+
+
+def test_a_journal_of_version_2_is_upgraded_in_place_and_replays(tmp_path):
+    """Version 2 (no snapshot table) is what the service before issue 24 wrote."""
+    _journal_of(_path(tmp_path), _JOB)
+    db = sqlite3.connect(_path(tmp_path))
+    db.execute("DROP TABLE snapshot")
+    db.execute("UPDATE jdata_journal SET value = '2' WHERE key = 'version'")
+    db.commit()
+    db.close()
+    assert J.restore(_path(tmp_path)).alive_workers() == ("w0", "w1")
+    with J.Journal(_path(tmp_path)) as journal:
+        journal.compact(_replayed(_JOB))
+    assert J.restore(_path(tmp_path)).clients("j") == {"c": 1.0}
 
 
 def test_restore_needs_a_journal_and_journal_a_directory_that_exists(tmp_path):

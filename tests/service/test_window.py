@@ -121,8 +121,8 @@ def test_concurrent_consumers_each_read_the_stream_in_order():
 def test_a_worker_drops_a_window_nobody_reads_and_a_stopped_jobs_windows(monkeypatch):
     ds = jdata.range(10).repeat()
     w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=60.0)
-    w._plans["fp"] = (ds._optimize().plan, ds.options)
     for job in ("job-1", "job-2"):
+        w._plans[job] = worker._Plan((ds._optimize().plan, ds.options))  # as if fetched
         packed, skipped, hit, after, _ = w.read_shared(
             worker.ReadSpec(job, "fp", None, 0, 0), "c", 5, None, 0)
         elements, _, _ = _blocks.unpack(packed, None)
@@ -142,7 +142,7 @@ def test_a_window_made_again_after_it_went_idle_asks_its_readers_where_they_stan
     sends nothing until it says its position."""
     ds = jdata.range(50).repeat()
     w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=60.0)
-    w._plans["fp"] = (ds._optimize().plan, ds.options)
+    w._plans["job"] = worker._Plan((ds._optimize().plan, ds.options))
     spec = worker.ReadSpec("job", "fp", None, 0, 0)
     packed, _, _, after, token = w.read_shared(spec, "c", 20, None, 0)
     assert after == len(_blocks.unpack(packed, None)[0]) and token
@@ -172,7 +172,7 @@ def test_a_shared_slots_stream_is_its_slots_not_its_workers():
     streams = []
     for worker_id in ("w0", "w1"):
         w = worker.Worker(worker_id, window_bytes=1 << 20)
-        w._plans["fp"] = (ds._optimize().plan, ds.options)
+        w._plans["job"] = worker._Plan((ds._optimize().plan, ds.options))
         streams.append([first_50(w, slot) for slot in (0, 1)])
     assert streams[0] == streams[1]  # two workers, the same slot streams
     assert streams[0][0] != streams[0][1] and sorted(streams[0][0]) == list(range(50))
@@ -213,7 +213,7 @@ def test_a_coordinated_buffer_outlives_its_consumers_wait_for_a_missing_peer():
 
     ds = jdata.range(100).repeat()
     w = worker.Worker("w0", window_bytes=1 << 20, idle_sec=2.0)
-    w._plans["fp"] = (ds._optimize().plan, ds.options)
+    w._plans["job"] = worker._Plan((ds._optimize().plan, ds.options))
     w.read_rounds(worker.ReadSpec("job", "fp", None, 0, 0), 2, 0, 0, 1, 5.0)
     (buffer, _), = w._buffers._entries.values()
     buffer.last_read -= _rounds.CONSUMER_TIMEOUT_SEC + 2.0  # past the client timeout
