@@ -48,7 +48,6 @@ _FORMAT = "jdata.service.journal"
 # lineages, commits and restores) is read and upgraded in place; 1 is not read.
 _VERSION = 3
 _UPGRADES = {"2"}
-_WAL_LIMIT_BYTES = 256 * 1024
 _SNAPSHOT_TABLE = ("CREATE TABLE snapshot (id INTEGER PRIMARY KEY CHECK (id = 1), "
                    "seq INTEGER NOT NULL, record TEXT NOT NULL, crc INTEGER NOT NULL)")
 _SCHEMA = (
@@ -80,9 +79,11 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             # Each append writes whole pages to the write-ahead log: checkpoint it every
-            # 64 of them and cut it back after, or it alone would keep 4 MB.
+            # 64 of them and truncate it then, or it alone would keep 4 MB. Truncated, not
+            # kept for reuse: an append on a full disk then fails at once (and the
+            # dispatcher says so), not some hundred appends later.
             self._db.execute("PRAGMA wal_autocheckpoint=64")
-            self._db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
+            self._db.execute("PRAGMA journal_size_limit=0")
             self._tail_bytes, self._snapshot_bytes = self._db.execute(
                 "SELECT (SELECT COALESCE(SUM(LENGTH(record)), 0) FROM updates), "
                 "(SELECT COALESCE(SUM(LENGTH(record)), 0) FROM snapshot)").fetchone()

@@ -2,6 +2,8 @@
 size of the live state, a full disk is survived, a work_dir is one service's, workers
 drop the plans of jobs that ended."""
 
+import collections
+import itertools
 import os
 import subprocess
 import threading
@@ -105,15 +107,23 @@ def test_a_second_service_on_the_same_work_dir_is_refused_naming_the_first(svc):
 # ------------------------------------------------------------ a full disk
 
 
-@pytest.fixture
-def small_disk(tmp_path):
+@pytest.fixture(scope="module")
+def small_disk(tmp_path_factory):
     """A 2 MB tmpfs of its own (this machine's tests run as root)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
+    mount = tmp_path_factory.mktemp("disk")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
                    check=True, timeout=30)
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def on_small_disk(svc, small_disk):
+    """A second service (svc's Ray) journaling on the small disk."""
+    full = service.start(namespace="jdata-full-disk", num_workers=2, worker_cpus=0.1,
+                         split_elements=5, work_dir=str(small_disk / "service"))
+    yield full
+    full.stop()
 
 
 def _fill(disk) -> str:
@@ -130,48 +140,65 @@ def _fill(disk) -> str:
     return path
 
 
+_MODES = {"dynamic": {}, "static": {"processing_mode": "static"},
+          "off": {"processing_mode": "off"},
+          "shared": {"job_name": "full-disk-shared", "sharing": True},
+          "coordinated": {"job_name": "full-disk-coordinated", "num_consumers": 1,
+                          "consumer_index": 0}}
+
+
+@pytest.mark.parametrize("mode", _MODES)
 def test_a_full_journal_disk_refuses_changes_says_so_and_recovers_when_space_returns(
-        svc, small_disk):
+        on_small_disk, small_disk, mode):
     """Before: the monitor thread died at the first failed write, for good: killed workers
     were never replaced, clients never expired, new jobs hung after space was freed, and
     status() said nothing. Now the dispatcher refuses what it cannot journal with a clear
     error, says so in status(), goes on pinging, and takes requests again by itself once
-    the disk has room."""
-    full = service.start(namespace="jdata-full-disk", num_workers=2, worker_cpus=0.1,
-                         split_elements=5, work_dir=str(small_disk / "service"))
-    try:
-        assert sorted(int(x) for x in jdata.range(50).distribute(full)) == list(range(50))
-        it = jdata.range(400).distribute(full).iterator()
-        got = [int(next(it)) for _ in range(20)]
-        filler = _fill(small_disk)
-        # A trainer mid-epoch waits the outage out (with a warning) rather than dying.
-        reader = threading.Thread(target=lambda: got.extend(int(x) for x in it))
-        with warnings.catch_warnings(record=True) as warned:
-            warnings.simplefilter("always")
-            reader.start()
-            _wait_for("the trainer's refused lease", lambda: any(
-                "waiting (up to 600 s) for the dispatcher" in str(w.message) for w in warned))
+    the disk has room. A trainer mid-epoch waits the outage out (with a warning) rather
+    than dying, and keeps its mode's promise through it, a worker killed meanwhile too."""
+    full, ray = on_small_disk, _ray.ray_module()
+    coordinated = mode == "coordinated"  # reads rounds of an endless pipeline
+    source = jdata.range(400).repeat() if coordinated else jdata.range(400)
+    it = source.distribute(full, **_MODES[mode]).iterator()
+    got = [int(next(it)) for _ in range(20)]
+    filler = _fill(small_disk)
+    reader = threading.Thread(target=lambda: got.extend(
+        int(x) for x in (itertools.islice(it, 380) if coordinated else it)))
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        reader.start()
         with pytest.raises(jdata.errors.ServiceUnavailableError,
                            match=r"cannot write its journal .*journal.sqlite .*(full|space)"):
-            for _ in jdata.range(50).distribute(full):
+            for _ in jdata.range(50).distribute(full):  # a new job
                 pass
-        journal = full.status().journal
-        assert not journal.writable and journal.since is not None, journal
-        assert "CANNOT WRITE" in str(full.status())
-        ray = _ray.ray_module()
-        killed = full.status().workers[0].worker_id
-        ray.kill(ray.get_actor(killed, namespace="jdata-full-disk"))
-        os.unlink(filler)
-        _wait_for("the journal to take writes", lambda: full.status().journal.writable)
-        _wait_for("the killed worker's replacement", lambda: [
-            w.worker_id for w in full.status().workers if w.state == "running"
-            and w.worker_id != killed][1:])
-        reader.join(timeout=_WAIT_SEC)
-        assert not reader.is_alive() and sorted(got) == list(range(400))
-        assert sorted(int(x) for x in jdata.range(50).distribute(full)) == list(range(50))
-        assert full.status().monitor_errors == {}
-    finally:
-        full.stop()
+        if mode in ("dynamic", "static"):  # they lease split after split
+            _wait_for("the trainer's refused lease", lambda: any(
+                "waiting (up to 600 s) for the dispatcher" in str(w.message) for w in warned))
+    journal = full.status().journal
+    assert not journal.writable and journal.since is not None, journal
+    assert "CANNOT WRITE" in str(full.status())
+    killed = full.status().workers[0].worker_id
+    ray.kill(ray.get_actor(killed, namespace="jdata-full-disk"))
+    os.unlink(filler)
+    _wait_for("the journal to take writes", lambda: full.status().journal.writable)
+    _wait_for("the killed worker's replacement", lambda: [
+        w.worker_id for w in full.status().workers if w.state == "running"
+        and w.worker_id != killed][1:])
+    reader.join(timeout=_WAIT_SEC)
+    assert not reader.is_alive()
+    counts = collections.Counter(got)
+    if mode == "off":  # exactly once per slot
+        assert set(counts) == set(range(400)) and len(set(counts.values())) == 1, counts
+    elif mode == "shared":  # a slot per worker, each the whole stream; a moved one may skip
+        assert set(counts) <= set(range(400)) and max(counts.values()) <= 2, counts
+        assert sum(counts.values()) >= 400, counts
+    elif coordinated:  # its rounds went on (a moved slot's rounds are skipped together)
+        assert len(got) == 400 and set(counts) <= set(range(400)), counts
+    else:
+        assert sorted(got) == list(range(400))
+    it.close()
+    assert sorted(int(x) for x in jdata.range(50).distribute(full)) == list(range(50))
+    assert full.status().monitor_errors == {}
 
 
 def test_ray_init_arguments_that_cannot_apply_are_said_not_dropped(svc):
