@@ -160,8 +160,14 @@ class Dispatcher:
             self._journal.append(updates)
         except journal_module.JournalError as error:
             self._fail(error)
-            self._state = journal_module.restore(self._path)
-            self._state.grace(time.time())
+            try:
+                self._state = journal_module.restore(self._path)
+                self._state.grace(time.time())
+            except (journal_module.JournalError, OSError):
+                # Unreadable too: the state stays ahead of the journal until a snapshot
+                # writes it. Safe: a lease its client never heard of comes with its next
+                # lease reply, and a client that never heard its id expires.
+                pass
             raise self._unavailable() from error
         if self._journal.tail_bytes > max(COMPACT_MIN_BYTES, self._journal.snapshot_bytes):
             try:
@@ -191,15 +197,15 @@ class Dispatcher:
     def _retry_journal(self) -> None:
         """While the journal cannot be written: a snapshot of the state (what the journal
         holds: nothing changed since) is tried; once written, requests are taken again."""
+        if self._fault is None:  # the usual tick: no lock taken
+            return
         with self._ledger_lock:
-            if self._fault is not None:
-                try:
-                    self._compact()
-                except journal_module.JournalError:
-                    pass
-                else:
-                    print("jdata dispatcher: the journal can be written again",
-                          file=sys.stderr, flush=True)
+            try:
+                self._compact()
+            except journal_module.JournalError:
+                return
+        print("jdata dispatcher: the journal can be written again", file=sys.stderr,
+              flush=True)
 
     def _removed(self, job_ids: list) -> None:
         for job_id in job_ids:

@@ -696,13 +696,15 @@ def test_the_autoscaler_scales_up_to_demand_then_drains_when_it_drops(svc, tmp_p
             a = status.autoscaler
             draining = any(w.state == "draining" for w in status.workers)
             seen_draining |= draining
-            if phase == "fast" and a.phase == "converged" and a.target == 3:
-                phase = "slow"
+            # Scaled up: to 3 when the third worker measured a gain, else to 2 (on a busy
+            # machine the consumer, not the workers, may bound the rate past two).
+            if phase == "fast" and a.phase == "converged" and a.target >= 2:
+                phase, peak = "slow", a.target
             elif phase == "slow" and a.target == 1 and any(
                     d.reason.startswith("re-triggered") for d in a.decisions):
                 phase = "drained"
             if phase == "drained" and not draining and removed_at is None and sum(
-                    w.state == "running" for w in status.workers) < 3:
+                    w.state == "running" for w in status.workers) < peak:
                 removed_at = len(got)
         decisions = auto.status().autoscaler.decisions
         assert removed_at is not None, [d.reason for d in decisions]
