@@ -33,6 +33,7 @@ import zlib
 import numpy as np
 
 from jdata.service import _units
+from jdata.service._fields import MAX_UNIT
 from jdata.service._job import Client, Job, Lease
 from jdata.service._updates import JobCreated
 from jdata.service._updates import decode as decode_update
@@ -271,14 +272,8 @@ def _ident(value, what: str) -> None:
 
 
 def _count(value, what: str) -> None:
-    if type(value) is not int or not 0 <= value < _units_max():
+    if type(value) is not int or not 0 <= value < MAX_UNIT:
         raise ValueError(f"{what}: {value!r} is not an int >= 0")
-
-
-def _units_max() -> int:
-    from jdata.service._fields import MAX_UNIT
-
-    return MAX_UNIT
 
 
 def _unit(unit, size: int, where: str) -> None:
