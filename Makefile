@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed-test
 BENCH_INSTALLED := $(VENV)/.installed-bench
 
-.PHONY: test test-fast demo demo-service bench clean
+.PHONY: test test-fast test-wheel docs demo demo-service bench clean
 
 $(INSTALLED): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: jdata needs Python >= 3.11 on PATH"; exit 1; }
@@ -29,16 +29,38 @@ test: $(INSTALLED)
 test-fast: $(INSTALLED)
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# What a user installs: builds the sdist and the wheel, installs the wheel with its test extra
+# into a fresh virtualenv, and runs the fast tier from the sdist's tests against it (the
+# sources removed, so every import resolves to the wheel). The demos are not in the wheel:
+# their tests run in `make test`.
+WHEEL_VENV := .venv-wheel
+WHEEL_CHECK := build/wheel-check
+test-wheel: $(INSTALLED)
+	rm -rf dist $(WHEEL_VENV) $(WHEEL_CHECK)
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(WHEEL_VENV)/bin/python -m pip install --quiet "$$(ls dist/*.whl)[test]"
+	mkdir -p $(WHEEL_CHECK)
+	tar xzf dist/*.tar.gz -C $(WHEEL_CHECK) --strip-components=1
+	rm -rf $(WHEEL_CHECK)/jdata
+	cd $(WHEEL_CHECK) && ../../$(WHEEL_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		-m "not slow" --ignore=tests/test_demo.py --ignore=tests/test_demo_service.py tests
+
+# The docs site (mkdocs, API reference from the docstrings), warnings as errors.
+docs: $(INSTALLED)
+	$(BIN)/python -m mkdocs build --strict --site-dir build/site
+
 # The demo trains on 8 CPU devices (a data-parallel mesh), forced before JAX starts.
 demo: $(INSTALLED)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/python -m jdata.demo
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/python -m jdata.demos.train
 
 # The same training fed by a jdata.service (2 workers on a local Ray), one worker killed mid-run.
 demo-service: $(INSTALLED)
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/python -m jdata.demo --service
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(BIN)/python -m jdata.demos.train --service
 
 bench: $(BENCH_INSTALLED)
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(WHEEL_VENV) build dist .pytest_cache .hypothesis

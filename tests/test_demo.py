@@ -2,7 +2,7 @@
 devices; `make demo` itself forces 8)."""
 import pytest
 
-from jdata import demo
+from jdata.demos import train as demo
 
 # The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
 pytestmark = pytest.mark.slow

@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from jdata import demo, demo_service
+from jdata.demos import train as demo
+from jdata.demos import train_service as demo_service
 from jdata.runtime import segments
 from jdata.service import _ray
 

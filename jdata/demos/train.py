@@ -17,9 +17,9 @@
    run (checked batch by batch against a data-only pass).
 5. Prints a report: loss, throughput, input wait, and the optimized plan.
 
-``python -m jdata.demo --service`` (``make demo-service``) runs the same
+``python -m jdata.demos.train --service`` (``make demo-service``) runs the same
 training fed by a ``jdata.service`` whose worker is killed mid-run: see
-``jdata.demo_service``.
+``jdata.demos.train_service``.
 """
 
 from __future__ import annotations
@@ -284,10 +284,10 @@ def _accuracy(path: str, params, sharding) -> float:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--service"]:  # the same training fed by a jdata.service
-        from jdata import demo_service
+        from jdata.demos import train_service as demo_service
 
         demo_service.main()
     elif sys.argv[1:]:
-        raise SystemExit(f"usage: python -m jdata.demo [--service] (not {sys.argv[1:]})")
+        raise SystemExit(f"usage: python -m jdata.demos.train [--service] (not {sys.argv[1:]})")
     else:
         main()

@@ -1,6 +1,6 @@
 """``make demo-service``: the demo's training fed by a jdata.service, a worker killed mid-run.
 
-``jdata.demo``'s pipeline with an id per example (``enumerate``, which
+``jdata.demos.train``'s pipeline with an id per example (``enumerate``, which
 leaves the images, labels and flips those of ``make demo``), cut at
 ``distribute``::
 
@@ -11,7 +11,7 @@ leaves the images, labels and flips those of ``make demo``), cut at
    declare half of the machine's CPUs between them, the trainer the other half.
 2. Writes the demo's JPEGs and reads the whole run once without the service:
    the reference, a digest per batch.
-3. Trains as ``jdata.demo`` does. Mid first epoch it kills a worker
+3. Trains as ``jdata.demos.train`` does. Mid first epoch it kills a worker
    (``SIGKILL`` to the pid that ``svc.status()`` gives) and watches the
    dispatcher's replacement come up and deliver.
 4. Is preempted and restores from its Orbax checkpoint (``jdata.checkpoint``):
@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 import jdata
-from jdata import demo
+from jdata.demos import train as demo
 
 NUM_WORKERS = 2
 # How often the watch asks the service for its workers after the kill.
@@ -51,7 +51,7 @@ def _decode(index, example, key):
 
 def pipeline(path: str, global_batch: int, sharding, epochs: int,
              svc=None) -> jdata.Dataset:
-    """``jdata.demo.pipeline`` with an ``"id"``; with ``svc``, the part above ``batch`` runs
+    """``jdata.demos.train.pipeline`` with an ``"id"``; with ``svc``, the part above ``batch`` runs
     on the service's workers."""
     shuffle_key, flip_key = demo.keys()
     above = (jdata.hosts.shard_for_this_host(jdata.load(path).enumerate())
@@ -189,7 +189,7 @@ def _run(svc, workdir: str, images: int, global_batch: int, epochs: int) -> dict
 
 def _train(svc, ds, total: int, kill_at: int, optimizer, replicated, manager,
            global_batch: int, seen: dict, watch: list) -> tuple[dict, float]:
-    """``jdata.demo``'s training, preemption and restore, with a worker killed at ``kill_at``."""
+    """``jdata.demos.train``'s training, preemption and restore, with a worker killed at ``kill_at``."""
     import orbax.checkpoint as ocp
 
     import jdata.checkpoint
