@@ -152,6 +152,14 @@ class WorkerImportError(ServiceError):
         return WorkerImportError, (self.module, self.reason)
 
 
+class IteratorClosedError(ValueError):
+    """``next()`` (or ``set_state()``) on a ``DatasetIterator`` after its ``close()``: its
+    threads, worker processes and buffers are gone, so it can go no further (a
+    ``ValueError``, as Python's own operations on a closed file). Make a new one with
+    ``ds.iterator()``, or ``ds.iterator(state)`` to go on from a state: ``get_state()``
+    still works after ``close()`` and says where the iterator stopped."""
+
+
 def _portable(error: BaseException | None) -> BaseException | None:
     """``error``, or a ``RuntimeError`` with its text when it would not pickle."""
     if error is None:

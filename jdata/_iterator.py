@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import threading
@@ -11,6 +12,7 @@ import numpy as np
 
 from jdata import _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
+from jdata._errors import IteratorClosedError
 from jdata.runtime import persistent, states
 from jdata.runtime.context import Context
 
@@ -45,12 +47,14 @@ class DatasetIterator:
         self._ctx = ctx
         self._epochs = epochs
         self._closed = False
+        self._final_state: dict | Exception | None = None  # get_state() once closed
         if state is not None:
             state, epoch = self._checked(state)
         self._epoch = epoch
         ctx.pool_home = node
         persistent.opened(node)
         self._root = _planner.make_iterator(node, ctx, epoch)
+        self._stream = self._root  # what next() reads: _CLOSED once closed
         if state is not None:
             self._restore(self._root, state["state"])
             self._restored(epoch)
@@ -59,7 +63,7 @@ class DatasetIterator:
         return self
 
     def __next__(self):
-        return next(self._root)
+        return next(self._stream)
 
     @property
     def epoch(self) -> int:
@@ -67,7 +71,9 @@ class DatasetIterator:
         return self._epoch
 
     def get_state(self) -> dict[str, Any]:
-        """The iterator's position as JSON-able data."""
+        """The iterator's position as JSON-able data (after ``close()``: where it stopped)."""
+        if self._closed:
+            return self._state_at_close()
         return {"version": _STATE_VERSION, "plan": self._signature, "facts": self._facts,
                 "epoch": self._epoch, "state": self._root.get_state()}
 
@@ -83,6 +89,8 @@ class DatasetIterator:
         iterator moves to the state's epoch, and its dataset's next iterator
         continues with the epoch after it.
         """
+        if self._closed:
+            _CLOSED.refuse("set_state()")
         state, epoch = self._checked(state)
         if epoch == self._epoch:
             self._restore(self._root, state["state"])
@@ -96,6 +104,7 @@ class DatasetIterator:
                 root.close()
                 raise
             self._root, old = root, self._root
+            self._stream = root
             self._epoch = epoch
             old.close()
         self._restored(epoch)
@@ -156,15 +165,34 @@ class DatasetIterator:
     def close(self) -> None:
         """Stops the iterator and releases its resources. Idempotent.
 
+        After it, ``next()`` raises ``IteratorClosedError`` (a ``ValueError``) at
+        once; ``get_state()`` still says where the iterator stopped.
+
         Worker processes are kept for the dataset's next iterator unless this
         is the last open one (``jdata.runtime.persistent``); an iterator that is
         dropped without ``close()``, as a ``for`` loop drops it, keeps them.
         """
+        if not self._closed:
+            # Taken before the engines stop: closing drops buffered elements, after which
+            # their state would no longer say which elements were delivered.
+            try:
+                self._final_state = self.get_state()
+            except Exception as e:  # a broken pipeline still closes; get_state says why
+                self._final_state = e
         self._close(release=True)
+
+    def _state_at_close(self) -> dict[str, Any]:
+        final = self._final_state
+        if isinstance(final, dict):
+            return copy.deepcopy(final)
+        raise IteratorClosedError(
+            f"get_state() on a closed iterator: its state could not be taken at close() "
+            f"({final!r}); restore from the last state taken before") from final
 
     def _close(self, release: bool) -> None:
         if not self._closed:
             self._closed = True
+            self._stream = _CLOSED
             try:
                 self._root.close()
                 self._ctx.stop_tuner()
@@ -182,6 +210,26 @@ class DatasetIterator:
             self._close(release=False)
         except Exception:  # interpreter shutdown: nothing left to release
             pass
+
+
+class _Closed:
+    """What a closed iterator's ``next()`` reads instead of its root: the check costs
+    nothing per element (no flag tested on each ``next()``), and an engine's closed
+    buffers are never reached, where threads would wait forever, processes would say
+    their workers were shut down, and a sequential pipeline would end as if exhausted."""
+
+    def __next__(self):
+        self.refuse("next()")
+
+    @staticmethod
+    def refuse(what: str):
+        raise IteratorClosedError(
+            f"{what} on a closed iterator: close() released its threads, processes and "
+            "buffers. Make a new one with ds.iterator(), or ds.iterator(it.get_state()) to "
+            "go on from where it stopped (get_state() still works after close())")
+
+
+_CLOSED = _Closed()
 
 
 class Epochs:

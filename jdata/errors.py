@@ -22,6 +22,8 @@
 - ``WorkerError``: a worker process of the process engine died or could not start (a
   ``RuntimeError``); ``SharedMemoryError``: the shared-memory directory is full (a
   ``WorkerError``).
+- ``IteratorClosedError``: ``next()`` on an iterator after its ``close()`` (a
+  ``ValueError``).
 - ``UnpicklableJobError``: a job cannot be pickled for worker processes (a ``TypeError``).
 - ``JournalError``: a service journal that is not one, is damaged, is of another version
   or does not replay (a ``ValueError``; loaded on first use: it lives with the journal).
@@ -29,6 +31,7 @@
 
 from jdata._errors import DataError as DataError
 from jdata._errors import ElementError as ElementError
+from jdata._errors import IteratorClosedError as IteratorClosedError
 from jdata._errors import ServiceConnectionError as ServiceConnectionError
 from jdata._errors import ServiceError as ServiceError
 from jdata._errors import ServiceNotFoundError as ServiceNotFoundError
@@ -43,10 +46,11 @@ from jdata.runtime.outcomes import UnpicklableJobError as UnpicklableJobError
 from jdata.runtime.outcomes import WorkerError as WorkerError
 from jdata.runtime.segments import SharedMemoryError as SharedMemoryError
 
-__all__ = ["DataError", "ElementError", "JournalError", "ServiceConnectionError",  # noqa: F822
-           "ServiceError", "ServiceNotFoundError", "ServiceStartError", "ServiceStoppedError",
-           "ServiceUnavailableError", "ServiceVersionError", "SharedMemoryError", "UDFError",
-           "UnpicklableJobError", "WorkDirInUseError", "WorkerError", "WorkerImportError"]
+__all__ = ["DataError", "ElementError", "IteratorClosedError", "JournalError",  # noqa: F822
+           "ServiceConnectionError", "ServiceError", "ServiceNotFoundError", "ServiceStartError",
+           "ServiceStoppedError", "ServiceUnavailableError", "ServiceVersionError",
+           "SharedMemoryError", "UDFError", "UnpicklableJobError", "WorkDirInUseError",
+           "WorkerError", "WorkerImportError"]
 
 
 def __getattr__(name: str):

@@ -7,7 +7,9 @@ A fenced block's info string says what it is:
 - ``python tf.data``: TensorFlow code shown for comparison: parsed, never run (the test
   extras do not install TensorFlow);
 - ``python planned``: jdata code for an API that is not built yet: parsed, never run, and
-  checked to be still missing, so the guide must change when the API lands.
+  checked to be still missing, so the guide must change when the API lands;
+- ``python needs <library>``: code that needs a library the test extras do not install
+  (``docs/recipes.md``: Flax, Hugging Face datasets, PyTorch, TFDS): parsed, never run.
 
 Any other ``python ...`` info string fails, so a typo cannot quietly skip a block.
 """
@@ -23,9 +25,11 @@ import pytest
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ("docs/migration.md", "docs/design.md", "docs/service.md")
+DOCS = ("docs/migration.md", "docs/design.md", "docs/service.md", "docs/recipes.md")
 _FENCE = re.compile(r"^```(\S*)[ \t]*([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _TAGS = ("", "tf.data", "planned")
+# The libraries a ``needs`` block may name (a typo must not pass as a library).
+_NEEDS = ("flax", "datasets", "torch", "tensorflow_datasets")
 # What "planned" blocks may use, and how to tell that it is still missing.
 _PLANNED = {
     "sharing=True": lambda: "sharing" not in _built_distribute_arguments(),
@@ -82,11 +86,15 @@ def test_blocks_were_found():
     tags = [b.tag for b in BLOCKS if b.doc == "docs/migration.md"]
     assert tags.count("") >= 30 and tags.count("tf.data") >= 30
     assert any(b.doc == "docs/design.md" for b in RUNNABLE)
+    assert any(b.doc == "docs/recipes.md" for b in RUNNABLE)
+    assert {b.tag.split(" ", 1)[1] for b in BLOCKS if b.tag.startswith("needs ")} == set(_NEEDS)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=_id)
 def test_block_has_a_known_tag_and_parses(block):
-    assert block.tag in _TAGS, f"{_id(block)}: unknown info string 'python {block.tag}'"
+    known = block.tag in _TAGS or (
+        block.tag.startswith("needs ") and block.tag.split(" ", 1)[1] in _NEEDS)
+    assert known, f"{_id(block)}: unknown info string 'python {block.tag}'"
     ast.parse(block.code)
 
 

@@ -138,6 +138,7 @@ _PUBLIC_ERRORS = {
     "ServiceUnavailableError": "ServiceError", "WorkDirInUseError": "ServiceError",
     "WorkerError": RuntimeError, "SharedMemoryError": "WorkerError",
     "UnpicklableJobError": TypeError, "JournalError": ValueError,
+    "IteratorClosedError": ValueError,
 }
 
 
