@@ -16,6 +16,7 @@ from jdata.errors import ServiceStartError as ServiceStartError
 from jdata.errors import ServiceStoppedError as ServiceStoppedError
 from jdata.errors import ServiceUnavailableError as ServiceUnavailableError
 from jdata.errors import ServiceVersionError as ServiceVersionError
+from jdata.errors import IteratorClosedError as IteratorClosedError
 from jdata.errors import SharedMemoryError as SharedMemoryError
 from jdata.errors import UnpicklableJobError as UnpicklableJobError
 from jdata.errors import WorkDirInUseError as WorkDirInUseError

@@ -1,4 +1,4 @@
-"""Keras 3 training on jdata pipelines (``pip install 'jdata[keras]'``).
+"""Keras 3 training on jdata pipelines (``pip install 'jdata-jax[keras]'``).
 
 Keras accepts tf.data, grain and PyTorch loaders by type and refuses anything
 else ("Unrecognized data type"), but it takes any of its own ``DataAdapter``
@@ -103,7 +103,7 @@ def _adapter_class():
         from keras.src.trainers.data_adapters.data_adapter import DataAdapter
     except ImportError as e:
         raise ImportError("jdata.keras needs Keras 3 (with its JAX backend: "
-                          "KERAS_BACKEND=jax): pip install 'jdata[keras]'") from e
+                          "KERAS_BACKEND=jax): pip install 'jdata-jax[keras]'") from e
 
     class DatasetAdapter(DataAdapter):
         """Feeds a ``jdata.Dataset`` to Keras, a fresh iterator per epoch (``adapt``)."""
