@@ -162,7 +162,7 @@ def main(argv=None) -> None:
                     service_cachew.report_autocache(args.repeats)
                     service_cachew.report()
             except ImportError as e:
-                print(f"== {name}: not installed ({e}); pip install 'jdata[service]'")
+                print(f"== {name}: not installed ({e}); pip install 'jdata-jax[service]'")
         elif name == "storage":
             run_workload(name, storage, args.scale, args.repeats, args.systems, False)
             for batch in (None, 1024):

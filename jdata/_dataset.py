@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from jdata import _fingerprint, _plan, _random, optimize
+from jdata import _fingerprint, _html, _plan, _random, optimize
 from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 from jdata._iterator import DatasetIterator, Epochs
@@ -229,6 +229,10 @@ class Dataset:
 
     def __repr__(self):
         return f"<jdata.Dataset {self._node}>"
+
+    def _repr_html_(self) -> str:
+        """Notebooks show the plan as ``explain()`` prints it."""
+        return _html.block("jdata.Dataset", [], _html.described(self.explain, repr(self)))
 
     # ------------------------------------------------------------- transformations
 
@@ -714,7 +718,7 @@ class Dataset:
           filename: ``None`` (or ``""``, tf.data's default) caches in memory.
             A path caches to that
             directory (ArrayRecord shards, written atomically as ``save``
-            writes; ``pip install 'jdata[io]'``), which later runs of the same
+            writes; ``pip install 'jdata-jax[io]'``), which later runs of the same
             pipeline reuse: a directory written by a different pipeline
             (another ``fingerprint()``) is an error.
 
@@ -735,7 +739,7 @@ class Dataset:
         and reads them from there afterwards, in this run and in later runs of the same
         pipeline (a changed pipeline gets a new fingerprint, hence a new directory).
 
-        Written atomically, as ``save`` writes (``pip install 'jdata[io]'``).
+        Written atomically, as ``save`` writes (``pip install 'jdata-jax[io]'``).
         """
         from jdata.io import file_cache
 

@@ -15,10 +15,23 @@ class UDFError(Exception):
         self.__cause__ = cause  # also when rebuilt from a pickle (worker processes)
         super().__init__(
             f"{op}: the user function raised {type(cause).__name__} on the element at "
-            f"position {position} of its input: {cause}")
+            f"position {position} of its input: {cause}{_read_only_hint(cause)}")
 
     def __reduce__(self):
         return UDFError, (self.op, self.position, self.__cause__)
+
+
+# NumPy's message for an in-place write to an array whose ``writeable`` flag is off.
+_READ_ONLY = "assignment destination is read-only"
+
+
+def _read_only_hint(cause: BaseException) -> str:
+    """What to do about NumPy's bare read-only error, else ``""`` (only ever on the error path)."""
+    if not (isinstance(cause, ValueError) and str(cause) == _READ_ONLY):
+        return ""
+    return (". jdata hands out arrays read-only where they share their buffer with a source, "
+            "a cache or another element (so that a function cannot change what a later pass "
+            "reads); write to a copy: x = x.copy() (or np.array(x)) before changing it in place")
 
 
 class DataError(UDFError):

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from jdata import _plan, _planner
+from jdata import _html, _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import IteratorClosedError
 from jdata.runtime import persistent, states
@@ -198,6 +198,22 @@ class DatasetIterator:
                 self._ctx.stop_tuner()
             finally:
                 persistent.closed(self._node, release)
+
+    def __repr__(self):
+        closed = "closed" if getattr(self, "_closed", True) else "open"
+        return (f"<jdata.DatasetIterator {closed}, epoch {getattr(self, '_epoch', '?')}, "
+                f"plan {getattr(self, '_node', '?')}>")
+
+    def _repr_html_(self) -> str:
+        """Notebooks show whether the iterator is open, its epoch, its engine option and
+        its plan with the engine of each op."""
+        from jdata import _dataset  # imports this module: not at the top
+
+        rows = [("state", "closed" if self._closed else "open"), ("epoch", str(self._epoch)),
+                ("engine", f"Options(engine={self._ctx.options.engine!r})")]
+        plan = _html.described(
+            lambda: "\n".join(_dataset._explain(self._node, 0, self._ctx)), str(self._node))
+        return _html.block("jdata.DatasetIterator", rows, plan)
 
     def __enter__(self):
         return self

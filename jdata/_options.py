@@ -9,7 +9,21 @@ _UNSET = object()
 ENGINES = ("auto", "threads", "processes")
 
 
-@dataclasses.dataclass(frozen=True, init=False)
+class OptionsFrozenError(dataclasses.FrozenInstanceError):
+    """An attribute assignment to ``Options`` (a ``dataclasses.FrozenInstanceError``)."""
+
+    def __init__(self, name: str, value):
+        super().__init__(
+            f"cannot assign to field {name!r}: jdata.Options are immutable (tf.data's "
+            f"`options.{name} = ...` has no jdata spelling). Set it with "
+            f"ds = ds.with_options(jdata.Options({name}={value!r})) (which overrides that "
+            f"field only), or copy options with that change: "
+            f"dataclasses.replace(options, {name}={value!r})")
+
+
+# Not dataclass(frozen=True): that writes a __setattr__ whose error cannot say how to set an
+# option in jdata. This one is immutable all the same (__init__ writes with object.__setattr__).
+@dataclasses.dataclass(init=False, eq=False)
 class Options:
     """Options that apply to a whole pipeline.
 
@@ -36,7 +50,13 @@ class Options:
     As in tf.data, options set with an outer ``with_options`` override those
     set further upstream, field by field, and only for the fields passed
     explicitly: ``Options(deterministic=True)`` downstream of
-    ``Options(deterministic=False)`` makes the pipeline deterministic.
+    ``Options(deterministic=False)`` makes the pipeline deterministic. So two
+    options are equal (and hash alike) only when they set the same fields to
+    the same values: ``Options(deterministic=True) != Options()``, since only
+    the first overrides an inner ``deterministic=False``.
+
+    Options are immutable: change one with ``dataclasses.replace(options,
+    deterministic=False)`` or pass new ones to ``with_options``.
 
     >>> import jdata
     >>> ds = jdata.range(3).with_options(jdata.Options(autotune=False))
@@ -65,6 +85,24 @@ class Options:
         # Which fields the user set: what an outer with_options overrides.
         object.__setattr__(self, "_explicit", frozenset(given))
         self._validate()
+
+    def __setattr__(self, name: str, value):
+        raise OptionsFrozenError(name, value)
+
+    def __delattr__(self, name: str):
+        raise OptionsFrozenError(name, None)
+
+    def _key(self) -> tuple:
+        """What an ``Options`` merges as: every field's value and which fields were set."""
+        return (tuple(getattr(self, f.name) for f in dataclasses.fields(self)), self._explicit)
+
+    def __eq__(self, other):
+        if type(other) is not Options:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
     def _validate(self) -> None:
         for name in ("deterministic", "optimize", "autotune", "auto_vectorize",

@@ -119,7 +119,11 @@ def from_generator(fn: Callable, output_signature=None, args=None) -> Dataset:
 
     Restoring an iterator from a state *replays* the generator: it calls
     ``fn(*args)`` again and skips the elements already produced, so ``fn``
-    must yield the same sequence on every call.
+    must yield the same sequence on every call. A replay whose first element
+    differs from the saved run's (``fn`` over a shared iterator, which goes on
+    where it stopped) raises a ``ValueError`` rather than skip elements. The
+    elements read to find ``element_spec`` (without ``output_signature``) are
+    kept for the first pass, so even such an ``fn`` loses none of them.
 
     Args:
       fn: called at the start of each pass, with ``args``.

@@ -146,6 +146,14 @@ def _normalize_leaf(leaf, op: str):
         return np.asarray(leaf)[()]
     if isinstance(leaf, jax.Array):
         return np.asarray(leaf)
+    from jdata._dataset import Dataset  # the error path only: no cost per element
+
+    if isinstance(leaf, Dataset):
+        raise TypeError(
+            f"{op}: the user function returned a jdata.Dataset, but {op} makes one element "
+            "of each input; to read a dataset made from each element, use "
+            "flat_map(fn) (one dataset after another) or interleave(fn) (several at once) "
+            f"instead of {op}(fn)")
     raise TypeError(
         f"{op}: the user function returned a leaf of type {type(leaf).__name__}; element "
         "leaves must be NumPy arrays or scalars, bytes or str (convert it with np.asarray)")

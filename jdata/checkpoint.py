@@ -1,5 +1,5 @@
 """Orbax checkpointing of jdata iterators, beside the model's state (``pip install
-'jdata[orbax]'``).
+'jdata-jax[orbax]'``).
 
 Each process writes its iterator's state (small JSON: indices and counters)
 to ``process_<index>-of-<count>.json`` in the item's directory, and reads
@@ -30,11 +30,10 @@ import dataclasses
 import json
 from typing import Any
 
-try:
-    import orbax.checkpoint as ocp
-except ImportError as e:
-    raise ImportError("jdata.checkpoint needs orbax-checkpoint: pip install 'jdata[orbax]'") \
-        from e
+from jdata._extras import require
+
+ocp = require("orbax.checkpoint", "jdata.checkpoint")
+
 
 from jdata._iterator import DatasetIterator
 

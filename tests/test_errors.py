@@ -1,5 +1,7 @@
 """Errors: UDF failures name the op and position; bad arguments fail at build time."""
 
+import pickle
+
 import jax
 import numpy as np
 import pytest
@@ -185,3 +187,29 @@ def test_import_jdata_loads_neither_ray_nor_the_service_nor_sqlite():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def _write_in_place(x):
+    x[0] = 1
+    return x
+
+
+@pytest.mark.parametrize("parallel", [None, 2])
+def test_an_in_place_write_to_a_shared_array_says_to_copy_it(parallel):
+    ds = jdata.from_tensor_slices(np.zeros((3, 2))).map(_write_in_place,
+                                                        num_parallel_calls=parallel)
+    with pytest.raises(jdata.UDFError) as info:
+        list(ds)
+    message = str(info.value)
+    assert message.startswith("map: the user function raised ValueError")
+    assert "assignment destination is read-only. jdata hands out arrays read-only" in message
+    assert "x = x.copy() (or np.array(x))" in message
+    assert str(pickle.loads(pickle.dumps(info.value))) == message
+    ok = jdata.from_tensor_slices(np.zeros((3, 2))).map(lambda x: _write_in_place(x.copy()))
+    assert [e.tolist() for e in ok] == [[1, 0]] * 3
+
+
+def test_other_value_errors_get_no_copy_hint():
+    with pytest.raises(jdata.UDFError) as info:
+        list(jdata.range(2).map(lambda x: int("a")))
+    assert "read-only" not in str(info.value)

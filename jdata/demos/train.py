@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jdata
+from jdata._extras import require
 
 CLASSES = 10
 SIDE = 32
@@ -44,7 +45,7 @@ SIDE = 32
 
 def write_dataset(directory: str, n: int, seed: int = 0) -> str:
     """``n`` labelled JPEGs saved as a jdata directory of ArrayRecord shards."""
-    from PIL import Image
+    Image = require("PIL.Image", "jdata demo")
 
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:SIDE, 0:SIDE]
@@ -67,7 +68,7 @@ def write_dataset(directory: str, n: int, seed: int = 0) -> str:
 
 
 def _decode(example, key):
-    from PIL import Image
+    Image = require("PIL.Image", "jdata demo")
 
     image = np.asarray(Image.open(io.BytesIO(example["jpeg"])))
     if key[0] >> 31:  # a random flip from the element's own key

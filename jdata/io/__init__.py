@@ -1,5 +1,5 @@
 """File sources: ArrayRecord, TFRecord, text and Parquet files, and file lists (``pip install
-'jdata[io]'``). Re-exported as ``jdata.from_array_record`` and so on. Also
+'jdata-jax[io]'``). Re-exported as ``jdata.from_array_record`` and so on. Also
 ``tf.train.Example`` parsing (``parse_example`` and its feature specs, as in
 ``tf.io``), which stays here.
 
@@ -79,8 +79,9 @@ def from_tfrecord(paths, compression_type: str | None = None) -> Dataset:
     ``compression_type``: ``None`` or ``"GZIP"``.
     """
     op = "from_tfrecord"
-    return Dataset(_records.TFRecordNode(_paths.expand(paths, op),
-                                         _compression(compression_type, op)))
+    files = _paths.expand(paths, op)
+    _records.checksums()  # the checksum library: missing, it fails here, not at a first read
+    return Dataset(_records.TFRecordNode(files, _compression(compression_type, op)))
 
 
 def from_text_lines(paths, compression_type: str | None = None) -> Dataset:

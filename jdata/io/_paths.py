@@ -1,7 +1,7 @@
 """File paths for the file sources: lists, globs and fsspec URLs, checked at construction.
 
 Local paths are used as they are. Other URLs (``gs://``, ``s3://``,
-``memory://``...) go through fsspec (``pip install 'jdata[io]'`` and the
+``memory://``...) go through fsspec (``pip install 'jdata-jax[io]'`` and the
 filesystem's own package), so any filesystem fsspec knows works.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 import glob
 import os
 from typing import Iterable
+
+from jdata._extras import require
 
 _MAGIC = frozenset("*?[")
 
@@ -25,12 +27,7 @@ def strip_file_scheme(path: str) -> str:
 
 
 def _fsspec():
-    try:
-        import fsspec
-    except ImportError as e:
-        raise ImportError("jdata: paths with a URL scheme need fsspec: "
-                          "pip install 'jdata[io]'") from e
-    return fsspec
+    return require("fsspec", "jdata: paths with a URL scheme")
 
 
 def as_path(path, op: str) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 
 from jdata import _planner
 from jdata._errors import DataError
+from jdata._extras import require
 from jdata._plan import Node
 from jdata._spec import STRING, TensorSpec
 from jdata.io import _open_files, _paths
@@ -20,17 +21,13 @@ _OP = "from_array_record"
 _READER_OPTIONS = "readahead_buffer_size:0"
 
 
-def _module():
-    try:
-        from array_record.python import array_record_module
-    except ImportError as e:
-        raise ImportError(f"{_OP} needs the array-record package: "
-                          "pip install 'jdata[io]'") from e
-    return array_record_module
+def _module(feature: str = _OP):
+    """The ArrayRecord bindings; ``feature`` is what the error names if they are missing."""
+    return require("array_record.python.array_record_module", feature)
 
 
-def open_reader(path: str):
-    return _module().ArrayRecordReader(_paths.local_path(path), _READER_OPTIONS)
+def open_reader(path: str, feature: str = _OP):
+    return _module(feature).ArrayRecordReader(_paths.local_path(path), _READER_OPTIONS)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -58,7 +55,7 @@ def record_counts(paths: tuple, op: str = _OP) -> tuple:
     counts = []
     for path in paths:
         try:
-            counts.append(_count(path))
+            counts.append(_count(path, op))
         except ImportError:
             raise
         except Exception as e:
@@ -67,8 +64,8 @@ def record_counts(paths: tuple, op: str = _OP) -> tuple:
     return tuple(counts)
 
 
-def _count(path: str) -> int:
-    reader = open_reader(path)
+def _count(path: str, op: str) -> int:
+    reader = open_reader(path, op)
     try:
         return int(reader.num_records())
     finally:

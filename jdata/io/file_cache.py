@@ -18,7 +18,7 @@ from typing import ClassVar
 from jdata import _fingerprint, _planner
 from jdata._constants import INFINITE
 from jdata._plan import Node
-from jdata.io import load_op, saved
+from jdata.io import array_record, load_op, saved
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
@@ -31,6 +31,10 @@ class FileCacheNode(Node):
     directory: str
     snapshot: bool = False
     op_name: ClassVar[str] = "cache_file"
+
+    def __post_init__(self):
+        # Where the pipeline is built, not at its first element.
+        array_record._module("snapshot" if self.snapshot else "cache")
 
     def cardinality(self) -> int:
         return self.input.cardinality()

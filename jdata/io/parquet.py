@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from jdata import _planner
+from jdata._extras import require
 from jdata._errors import DataError
 from jdata._plan import Node
 from jdata.io import _open_files, _paths
@@ -20,11 +21,11 @@ _OP = "from_parquet"
 
 
 def _pq():
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:
-        raise ImportError(f"{_OP} needs pyarrow: pip install 'jdata[io]'") from e
-    return pq
+    return require("pyarrow.parquet", _OP)
+
+
+def _types():
+    return require("pyarrow.types", _OP)
 
 
 def open_file(path: str):
@@ -50,7 +51,7 @@ class _SharedFile:
 
 
 def _check_type(name: str, arrow_type) -> None:
-    import pyarrow.types as t
+    t = _types()
 
     while t.is_list(arrow_type) or t.is_large_list(arrow_type):
         arrow_type = arrow_type.value_type
@@ -64,7 +65,7 @@ def _check_type(name: str, arrow_type) -> None:
 def row_groups(paths: tuple, columns, only: tuple | None, batched: bool = False) -> tuple:
     """``(file index, row group, rows)`` of each row group to read; checks the columns
     (``batched``: none may hold lists, whose batches would be ragged)."""
-    import pyarrow.types as t
+    t = _types()
 
     groups, ragged = [], []
     for f, path in enumerate(paths):
@@ -235,8 +236,7 @@ def _first_null(nulls, first: int, last: int) -> int | None:
 
 
 def _placeholder(arrow_type):
-    import pyarrow as pa
-    import pyarrow.types as t
+    pa, t = require("pyarrow", _OP), _types()
 
     if t.is_list(arrow_type) or t.is_large_list(arrow_type):
         value = []
@@ -252,7 +252,7 @@ def _placeholder(arrow_type):
 
 
 def _is_float(arrow_type) -> bool:
-    import pyarrow.types as t
+    t = _types()
 
     return t.is_floating(arrow_type)  # nulls read as NaN, as pandas reads them
 

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from jdata import _planner
 from jdata._errors import DataError
+from jdata._extras import require
 from jdata._plan import Node
 from jdata._spec import STRING, TensorSpec
 from jdata.io._streams import Corrupt, open_stream
@@ -173,25 +174,21 @@ _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 
 
-def _crc32c():
-    try:
-        import google_crc32c
-    except ImportError as e:
-        raise ImportError("TFRecord files need google-crc32c for their checksums: "
-                          "pip install 'jdata[io]'") from e
-    return google_crc32c.value
+def checksums():
+    """``google_crc32c.value``, the CRC-32C of TFRecord checksums."""
+    return require("google_crc32c", "TFRecord files (their checksums)").value
 
 
 def masked_crc(data: bytes, crc32c=None) -> int:
     """TFRecord's masked CRC-32C of ``data``."""
-    crc = (crc32c or _crc32c())(data)
+    crc = (crc32c or checksums())(data)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 class _TFRecordIterator(_FileRecordsIterator):
     def __init__(self, node, ctx, epoch, shard=(1, 0)):
         super().__init__(node, ctx, epoch, shard)
-        self._crc = _crc32c()
+        self._crc = checksums()
 
     def _length(self, stream) -> int | None:
         """Reads a record's header: the data length, or None at the end of the file."""
@@ -234,7 +231,7 @@ def _truncated(length: int) -> Corrupt:
 def write_tfrecord(path: str, records) -> int:
     """Writes ``records`` (``bytes`` each) as a TFRecord file that TensorFlow reads; returns
     how many. Local paths only."""
-    crc32c = _crc32c()
+    crc32c = checksums()
     n = 0
     with open(path, "wb") as f:
         for record in records:

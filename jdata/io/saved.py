@@ -43,7 +43,7 @@ class DirectoryWriter:
     def __init__(self, final: str, fingerprint: str, op: str):
         from jdata.io.array_record import _module
 
-        self._module = _module()
+        self._module = _module(op)
         self.final, self._op = os.path.abspath(_local(final, op)), op
         parent = os.path.dirname(self.final)
         os.makedirs(parent, exist_ok=True)

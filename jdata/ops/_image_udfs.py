@@ -8,6 +8,8 @@ import io
 
 import numpy as np
 
+from jdata._extras import require
+
 
 class ImageUDF:
     """Base of the built-in UDFs: a picklable object (for worker processes) whose parameters
@@ -17,21 +19,12 @@ class ImageUDF:
         self.__name__, self.__qualname__ = name, text
 
 
-def pil():
-    try:
-        from PIL import Image
-    except ImportError as e:
-        raise ImportError("jdata.ops.image needs pillow: pip install pillow") from e
-    return Image
+def pil(op: str = "jdata.ops.image"):
+    return require("PIL.Image", op)
 
 
-def cv2():
-    try:
-        import cv2
-    except ImportError as e:
-        raise ImportError("jdata.ops.image's resize needs OpenCV: pip install 'jdata[image]' "
-                          "(opencv-python-headless)") from e
-    return cv2
+def cv2(op: str = "jdata.ops.image.resize(antialias=False)"):
+    return require("cv2", op)
 
 
 def open_image(data, op: str):
@@ -61,6 +54,7 @@ def decode_rgb(data, op: str = "decode_jpeg") -> np.ndarray:
 class DecodeJpeg(ImageUDF):
     def __init__(self):
         super().__init__("decode_jpeg", "decode_jpeg")
+        pil("jdata.ops.image.decode_jpeg")  # fail where the pipeline is built
 
     def __call__(self, data) -> np.ndarray:
         return decode_rgb(data)
@@ -71,6 +65,11 @@ class Resize(ImageUDF):
         text = f"short_side={short_side}" if size is None else f"size={size}"
         super().__init__("resize", f"resize({text}{', antialias=True' if antialias else ''})")
         self.short_side, self.size, self.antialias = short_side, size, antialias
+        # Fail where the pipeline is built: PIL resamples, OpenCV samples.
+        if antialias:
+            pil("jdata.ops.image.resize(antialias=True)")
+        else:
+            cv2()
 
     def target(self, height: int, width: int) -> tuple[int, int]:
         """The output's ``(height, width)`` for an input of that size."""

@@ -58,7 +58,7 @@ output, which aliases, as tf's does. ``antialias=True`` is PIL's resize,
 within 1 of ``tf.image.resize(..., antialias=True)``: it averages over each
 output pixel's footprint, and lets the fusion decode at a reduced DCT scale.
 ``decode_jpeg`` decodes with libjpeg-turbo (simplejpeg; PIL for CMYK and
-other formats). The kernels need ``pip install 'jdata[image]'`` (pillow,
+other formats). The kernels need ``pip install 'jdata-jax[image]'`` (pillow,
 opencv-python-headless, simplejpeg).
 
 The UDFs are objects of ``jdata.ops._image_udfs``: picklable for worker
@@ -76,7 +76,7 @@ from jdata.ops import _image_udfs as udfs
 
 def decode_jpeg():
     """``bytes`` -> ``uint8`` RGB array: libjpeg-turbo through simplejpeg, or PIL for what
-    simplejpeg does not read (CMYK, other formats). ``pip install 'jdata[image]'``."""
+    simplejpeg does not read (CMYK, other formats). ``pip install 'jdata-jax[image]'``."""
     return declare(udfs.DecodeJpeg())
 
 

@@ -21,6 +21,9 @@ class Context:
     # The dataset's optimized plan, under which worker processes are parked for its
     # later iterators (jdata.runtime.persistent); None (a worker's context): never.
     pool_home: object = None
+    # Set for the iterators that read a few elements to find an element_spec
+    # (jdata.runtime.probe): from_generator keeps what they read for the real pass.
+    probing: bool = False
 
     def __post_init__(self):
         # The pipeline's ram_budget counts for the whole process while it lives.

@@ -35,7 +35,7 @@ def first_elements(node: Node, op: str, count: int = _PROBE_ELEMENTS) -> list:
     element.
     """
     # No autotuning: the probe reads a few elements and stops.
-    it = _planner.make_iterator(node, Context(Options(autotune=False)), 0)
+    it = _planner.make_iterator(node, Context(Options(autotune=False), probing=True), 0)
     elements, errors = [], []
     try:
         while len(elements) < count:

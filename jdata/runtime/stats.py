@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from jdata._extras import require
+
 
 @dataclasses.dataclass(eq=False)  # compared by identity: a stage, not a value
 class OpStats:
@@ -141,15 +143,10 @@ class PipelineStats:
 
         Returns the figure; with ``path``, also saves it there.
         """
-        try:
-            import matplotlib
-
-            if path is not None:
-                matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as e:
-            raise ImportError("PipelineStats.plot needs matplotlib: pip install "
-                              "'jdata[plot]'") from e
+        matplotlib = require("matplotlib", "PipelineStats.plot")
+        if path is not None:
+            matplotlib.use("Agg")
+        plt = require("matplotlib.pyplot", "PipelineStats.plot")
         figure, axes = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
         stages = sorted({k for s in self.samples for k in s["knobs"]})
         times = [s["time"] for s in self.samples]

@@ -4,7 +4,7 @@ a pipeline above ``Dataset.distribute`` on other CPUs, with exactly-once deliver
 Ray gives the cluster, placement, object transfer, actor restarts and
 authentication; jdata adds the service's semantics as Ray actors. Nothing of
 Ray is imported outside this package, and only when a service is started or
-joined (``pip install 'jdata[service]'``).
+joined (``pip install 'jdata-jax[service]'``).
 
     from jdata import service
     with service.start(num_workers=2) as svc:           # a local Ray on 127.0.0.1
@@ -31,6 +31,7 @@ import warnings
 
 from jdata import errors as _errors
 from jdata._constants import AUTOTUNE
+from jdata._extras import require
 from jdata.service import _ray, _version, transport
 from jdata.service._status import AutocacheStatus as AutocacheStatus
 from jdata.service._status import AutoscalerStatus as AutoscalerStatus
@@ -84,18 +85,13 @@ class Service:
             _wait_for_workers(self._dispatcher, num_workers, "scale", timeout)
 
     def plot_scaling(self, path: str | None = None):
-        """The autoscaler's decisions as a figure (``pip install 'jdata[plot]'``): the
+        """The autoscaler's decisions as a figure (``pip install 'jdata-jax[plot]'``): the
         worker count and the consumers' batch time over time, a marker per decision.
         Saved to ``path`` when given; returns the matplotlib ``Figure``."""
-        try:
-            import matplotlib
-
-            if path is not None:
-                matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
-        except ImportError as e:
-            raise ImportError("plot_scaling needs matplotlib: pip install 'jdata[plot]'") \
-                from e
+        matplotlib = require("matplotlib", "plot_scaling")
+        if path is not None:
+            matplotlib.use("Agg", force=False)
+        plt = require("matplotlib.pyplot", "plot_scaling")
         scaling = self.status().autoscaler
         if scaling is None:
             raise ValueError("plot_scaling: this service has a fixed worker count; start it "

@@ -23,6 +23,8 @@ import pickle
 
 import numpy as np
 
+from jdata._extras import require
+
 # Dtype kinds whose NumPy scalar type fixes the dtype (np.datetime64 does not: its unit).
 _SCALAR_KINDS = frozenset("biufc")
 # Arrays this big travel as they are (Ray moves each without a copy): stacking would
@@ -188,17 +190,12 @@ CODECS = ("lz4", "zstd")
 
 
 def _codec(name: str):
-    try:
-        if name == "lz4":
-            import lz4.frame as lz4_frame
-
-            return lz4_frame.compress, lz4_frame.decompress
-        import zstandard
-
-        return zstandard.ZstdCompressor().compress, zstandard.ZstdDecompressor().decompress
-    except ImportError as e:
-        raise ImportError(f"compression={name!r} needs its codec: pip install "
-                          "'jdata[service]'") from e
+    feature = f"jdata.service compression={name!r}"
+    if name == "lz4":
+        lz4_frame = require("lz4.frame", feature)
+        return lz4_frame.compress, lz4_frame.decompress
+    zstandard = require("zstandard", feature)
+    return zstandard.ZstdCompressor().compress, zstandard.ZstdDecompressor().decompress
 
 
 def pack(payload, failures: tuple, nbytes: int, compression: str | None):

@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 
+from jdata._extras import require
 from jdata.io import _paths, codec, load_op, saved
 
 MANIFEST = "manifest.json"
@@ -99,7 +100,7 @@ def _upload(local: str, url: str) -> bool:
 
 
 def _filesystem(url: str):
-    import fsspec
+    fsspec = require("fsspec", "jdata.service's cache on a URL")
 
     fs, _, (path,) = fsspec.get_fs_token_paths(url)
     return fs, path

@@ -20,6 +20,8 @@ import socket
 import sys
 import warnings
 
+from jdata._extras import require
+
 _LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 LOCALHOST = "127.0.0.1"
 _AUTH_MODE = "RAY_AUTH_MODE"
@@ -38,11 +40,7 @@ def ray_module():
     if "ray" not in sys.modules:
         # Read by Ray when it is imported: decides whether it binds loopback only.
         os.environ.setdefault(_LOOPBACK_SWITCH, "0")
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError("jdata.service needs Ray: pip install 'jdata[service]'") from e
-    return ray
+    return require("ray", "jdata.service")
 
 
 def init_local(namespace: str, **ray_init_kw) -> None:

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import strategies as st
 
 import jdata
-from jdata.io import _example_parse
+from jdata.io import _example_outputs, _example_parse
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "example_cases.json").read_text())["cases"]
@@ -180,8 +180,9 @@ def test_without_protobuf_parsing_says_which_extra_to_install():
             "    print(e)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=pathlib.Path(__file__).parents[2])
-    assert done.stdout.strip() == ("parse_example needs the protobuf package: pip install "
-                                   "'jdata[io]'")
+    assert done.stdout.strip() == ("parse_example needs protobuf (module "
+                                   "'google.protobuf.message' does not import): pip install "
+                                   "'jdata-jax[io]'")
 
 
 def test_feature_specs_pickle_hash_and_compare_by_value():
@@ -458,3 +459,54 @@ def test_the_merged_parse_gives_what_the_record_by_record_parse_gives(records, f
         patch.setattr(_example_parse, "_merged_entries", lambda *args: None)
         patch.setattr(_example_parse, "_merged_values", lambda *args: None)
         assert _outcome(records, features) == merged
+
+
+def _described(parse):
+    """What ``parse()`` returns, down to each output's type, dtype, shape and bits, or its
+    ValueError's message."""
+    try:
+        parsed = parse()
+    except ValueError as e:
+        return str(e)
+    return {key: (type(value).__name__, [
+        (type(a).__name__, np.asarray(a).dtype, np.asarray(a).shape,
+         np.asarray(a).tolist() if np.asarray(a).dtype == object else np.asarray(a).tobytes())
+        for a in (value if isinstance(value, tuple) else (value,))])
+        for key, value in parsed.items()}
+
+
+def _batch_of_one(record, features):
+    return {key: _example_outputs.first(value)
+            for key, value in jdata.io.parse_example([record], features).items()}
+
+
+def _assert_single_is_batched(record, features):
+    expected = _described(lambda: _batch_of_one(record, features))
+    assert _described(lambda: jdata.io.parse_single_example(record, features)) == expected
+    assert _described(lambda: jdata.io.parse_example(record, features)) == expected
+
+
+@pytest.mark.parametrize("case", ["batch", "other_specs", "missing_without_default",
+                                  "type_mismatch", "wrong_count", "empty_list_for_fixed",
+                                  "not_a_multiple", "varlen_type"])
+def test_parse_single_example_gives_what_a_batch_of_that_one_record_gives(case):
+    features = specs(CASES[case]["specs"][0])
+    for record in read_records(CASES[case]["file"]):
+        _assert_single_is_batched(record, features)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(_record(), st.sampled_from(_ODD_SPECS))
+def test_the_single_record_path_gives_what_the_batched_path_gives(record, features):
+    _assert_single_is_batched(record, features)
+
+
+def test_the_single_record_path_refuses_bad_features_as_the_batched_path_does():
+    record = read_records("examples")[0]
+    for features in ({}, [], {"x": 3}, {1: jdata.io.VarLenFeature(np.int64)},
+                     {"x": jdata.io.FixedLenSequenceFeature([], np.int64)}):
+        with pytest.raises((TypeError, ValueError)) as single:
+            jdata.io.parse_single_example(record, features)
+        with pytest.raises(type(single.value)) as batched:
+            jdata.io.parse_example([record], features)
+        assert str(single.value) == str(batched.value)

@@ -71,7 +71,7 @@ def test_restore_replays_the_generator():
     for _ in range(4):
         next(it)
     state = it.get_state()
-    assert state["state"] == {"produced": 4}
+    assert state["state"]["produced"] == 4 and len(state["state"]["first"]) == 16
     assert len(calls) == 1
     assert [int(x) for x in ds.iterator(state)] == list(range(4, 10))
     assert len(calls) == 2
@@ -190,3 +190,72 @@ def test_args_are_passed_to_fn_on_every_pass_as_tf_data_does():
 def test_args_that_are_not_a_tuple_show_the_fix():
     with pytest.raises(TypeError, match=r"args=5 must be a tuple.*args=\(5,\)"):
         jdata.from_generator(lambda n: range(n), args=5)
+
+
+def _shared_stream(n):
+    """A non-re-entrant fn: each call's generator goes on over one shared iterator, as a
+    generator around ``jraph.dynamically_batch(iter(graphs))`` does."""
+    shared = iter(range(n))
+
+    def fn():
+        yield from shared
+    return fn
+
+
+def test_element_spec_of_a_non_reentrant_generator_loses_no_element():
+    ds = jdata.from_generator(_shared_stream(10))
+    assert ds.element_spec == TensorSpec((), np.int64)
+    assert [int(x) for x in ds] == list(range(10))
+
+
+def test_probes_of_downstream_ops_lose_no_element_either():
+    ds = jdata.from_generator(_shared_stream(9)).map(lambda x: x * 10).batch(2)
+    assert ds.element_spec == TensorSpec((None,), np.int64)
+    assert [x.tolist() for x in ds] == [[0, 10], [20, 30], [40, 50], [60, 70], [80]]
+
+
+def test_a_probe_that_reads_the_whole_stream_hands_all_of_it_on():
+    ds = jdata.from_generator(_shared_stream(2)).map(lambda x: x + 1)
+    assert ds.element_spec == TensorSpec((), np.int64)
+    assert [int(x) for x in ds] == [1, 2]
+
+
+def test_the_probe_pass_is_adopted_once_and_fn_called_once_per_pass():
+    calls = []
+
+    def fn():
+        calls.append(1)
+        return iter(range(3))
+    ds = jdata.from_generator(fn)
+    assert ds.element_spec == TensorSpec((), np.int64)
+    assert [int(x) for x in ds] == [0, 1, 2] and len(calls) == 1
+    assert [int(x) for x in ds] == [0, 1, 2] and len(calls) == 2
+
+
+def test_restoring_a_non_reentrant_generator_is_refused_not_skipped():
+    ds = jdata.from_generator(_shared_stream(20), output_signature=TensorSpec((), np.int64))
+    it = ds.iterator()
+    assert [int(next(it)) for _ in range(3)] == [0, 1, 2]
+    state = it.get_state()
+    restored = ds.iterator(state)
+    with pytest.raises(ValueError, match="from_generator: cannot restore to position 3: fn"):
+        next(restored)
+
+
+def test_a_replayable_generator_restores_exactly_in_a_new_iterator():
+    ds = jdata.from_generator(lambda: iter(range(6)))
+    it = ds.iterator()
+    [next(it) for _ in range(2)]
+    assert [int(x) for x in ds.iterator(it.get_state())] == [2, 3, 4, 5]
+
+
+def test_states_without_the_first_digest_still_restore_and_bad_ones_fail():
+    ds = jdata.from_generator(lambda: iter(range(4)))
+    it = ds.iterator()
+    next(it)
+    state = it.get_state()
+    state["state"] = {"produced": 1}
+    assert [int(x) for x in ds.iterator(state)] == [1, 2, 3]
+    state["state"] = {"produced": 1, "first": 7}
+    with pytest.raises(ValueError, match="state field 'first'"):
+        ds.iterator(state)

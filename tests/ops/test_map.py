@@ -347,3 +347,11 @@ def test_vectorize_with_ignore_errors_drops_exactly_the_failing_elements(small_b
         2 * (1 // (x - 5)) for x in range(10) if x != 5]
     failing = jdata.range(6).map(lambda x: int(x), vectorize=True).ignore_errors()
     assert list(failing) == []
+
+
+def test_a_udf_returning_a_dataset_points_to_flat_map_and_interleave():
+    with pytest.raises(TypeError) as info:
+        list(jdata.range(3).map(lambda x: jdata.range(x)))
+    message = str(info.value)
+    assert "returned a jdata.Dataset" in message and "np.asarray" not in message
+    assert "flat_map(fn)" in message and "interleave(fn)" in message

@@ -99,3 +99,29 @@ def test_iterator_sees_the_merged_options():
 def test_with_options_needs_an_options_object(options):
     with pytest.raises(TypeError, match="with_options: options="):
         jdata.range(3).with_options(options)
+
+
+def test_assigning_an_option_says_how_to_set_it_in_jdata():
+    options = jdata.Options()
+    with pytest.raises(dataclasses.FrozenInstanceError) as info:
+        options.deterministic = False
+    message = str(info.value)
+    assert "ds.with_options(jdata.Options(deterministic=False))" in message
+    assert "dataclasses.replace(options, deterministic=False)" in message
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del options.autotune
+    assert options.deterministic is True and options.autotune is True
+    replaced = dataclasses.replace(options, deterministic=False)
+    assert replaced.deterministic is False and options.deterministic is True
+
+
+def test_options_are_equal_only_when_they_merge_alike():
+    explicit, default = jdata.Options(deterministic=True), jdata.Options()
+    assert explicit.deterministic == default.deterministic
+    assert explicit != default
+    inner = jdata.Options(deterministic=False)
+    assert inner.merge(explicit).deterministic != inner.merge(default).deterministic
+    assert explicit == jdata.Options(deterministic=True)
+    assert hash(explicit) == hash(jdata.Options(deterministic=True))
+    assert len({explicit, default, jdata.Options()}) == 2
+    assert jdata.Options() != object()

@@ -1,0 +1,70 @@
+"""Optional dependencies: one import helper, so every missing extra reads the same.
+
+Core ``import jdata`` needs only NumPy and JAX; everything else is imported where
+it is used, through ``require``, whose error names the feature, the missing
+module and the ``pip install`` line of the extra that brings it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+DISTRIBUTION = "jdata-jax"
+
+# Top-level module -> (the distribution that installs it, the jdata extra that lists it).
+_EXTRAS = {
+    "array_record": ("array-record", "io"),
+    "pyarrow": ("pyarrow", "io"),
+    "fsspec": ("fsspec", "io"),
+    "google_crc32c": ("google-crc32c", "io"),
+    "google": ("protobuf", "io"),
+    "PIL": ("pillow", "image"),
+    "cv2": ("opencv-python-headless", "image"),
+    "simplejpeg": ("simplejpeg", "image"),
+    "ray": ("ray", "service"),
+    "lz4": ("lz4", "service"),
+    "zstandard": ("zstandard", "service"),
+    "orbax": ("orbax-checkpoint", "orbax"),
+    "matplotlib": ("matplotlib", "plot"),
+}
+
+
+def install_hint(extra: str) -> str:
+    """The shell line that installs jdata's ``extra``."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+class MissingExtraError(ImportError):
+    """A feature needs an optional dependency that is not installed (an ``ImportError``).
+
+    ``feature`` is what needs it, ``name`` the module that did not import and ``extra``
+    the jdata extra that installs it.
+    """
+
+    def __init__(self, feature: str, module: str, extra: str, distribution: str):
+        super().__init__(f"{feature} needs {distribution} (module {module!r} does not "
+                         f"import): {install_hint(extra)}", name=module)
+        self.feature, self.extra, self.distribution = feature, extra, distribution
+
+    def __reduce__(self):
+        return _rebuild, (self.feature, self.name, self.extra, self.distribution)
+
+
+def _rebuild(feature: str, module: str, extra: str, distribution: str) -> MissingExtraError:
+    return MissingExtraError(feature, module, extra, distribution)
+
+
+def require(module: str, feature: str):
+    """``importlib.import_module(module)``, or a ``MissingExtraError`` naming ``feature``.
+
+    >>> require("numpy", "a doctest").__name__
+    'numpy'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        top = module.partition(".")[0]
+        if top not in _EXTRAS:  # a module of no extra: a bug in jdata, not a missing install
+            raise
+        distribution, extra = _EXTRAS[top]
+        raise MissingExtraError(feature, module, extra, distribution) from e
