@@ -289,7 +289,9 @@ class Dataset:
           fn: ``fn(element, element_key) -> element`` (tuple elements unpacked,
             the key last).
           key: a JAX PRNG key (``jax.random.key(0)``) or its ``uint32[2]`` data.
-          num_parallel_calls, deterministic, vectorize: as in ``map``.
+          num_parallel_calls: as in ``map``.
+          deterministic: as in ``map``.
+          vectorize: as in ``map``.
 
         >>> import jdata, jax, numpy as np
         >>> def noisy():
@@ -345,7 +347,8 @@ class Dataset:
             makes the order machine-dependent).
           block_length: consecutive elements from each dataset; ``None`` means 1
             (tf.data's default, which ported code may pass explicitly).
-          num_parallel_calls, deterministic: as in ``map``.
+          num_parallel_calls: as in ``map``.
+          deterministic: as in ``map``.
 
         >>> import jdata
         >>> ds = jdata.range(1, 6).interleave(
@@ -376,7 +379,8 @@ class Dataset:
         Args:
           batch_size: elements per batch (>= 1).
           drop_remainder: drop a last batch smaller than ``batch_size``.
-          num_parallel_calls, deterministic: as in ``map``.
+          num_parallel_calls: as in ``map``.
+          deterministic: as in ``map``.
 
         >>> import jdata
         >>> [b.tolist() for b in jdata.range(7).batch(3)]
@@ -645,7 +649,8 @@ class Dataset:
           element_length_func: element -> int length.
           bucket_boundaries: increasing upper length boundaries.
           bucket_batch_sizes: batch size per bucket (``len(bucket_boundaries) + 1``).
-          padded_shapes, padding_values: as in ``padded_batch``.
+          padded_shapes: as in ``padded_batch``.
+          padding_values: as in ``padded_batch``.
           pad_to_bucket_boundary: pad unknown dimensions to the bucket's
             boundary minus one instead of the longest in the batch; elements
             must then be shorter than ``max(bucket_boundaries)``.
@@ -816,14 +821,15 @@ class Dataset:
             owns the epoch and the splits, and each element of an epoch goes to
             one of them (tf.data's rule). ``None``: a job of this iterator's own
             (the dataset's Nth iterator runs epoch N).
-          num_consumers, consumer_index: coordinated reads for synchronous
-            training (tf.data's): the ``num_consumers`` consumers of a named,
+          num_consumers: coordinated reads for synchronous training
+            (tf.data's): the ``num_consumers`` consumers of a named,
             infinite job read in rounds, every consumer round ``r`` from the
             same worker, consumer ``consumer_index`` its element of the round's
             group of consecutive elements; with
             ``bucket_by_sequence_length(C * b).rebatch(b)`` above, a step's
             batches have similar lengths. A round not ready within 2 s is
             skipped by all consumers together.
+          consumer_index: this consumer's index, below ``num_consumers``.
           sharing: jobs that name the same ``job_name`` and run the same
             pipeline read one stream, each at its own pace, through sliding
             windows of recent elements on the workers (tf.data's ephemeral

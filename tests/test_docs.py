@@ -6,12 +6,11 @@ A fenced block's info string says what it is:
   its ``assert``s are the claims the text makes;
 - ``python tf.data``: TensorFlow code shown for comparison: parsed, never run (the test
   extras do not install TensorFlow);
-- ``python planned``: jdata code for an API that is not built yet: parsed, never run, and
-  checked to be still missing, so the guide must change when the API lands;
 - ``python needs <library>``: code that needs a library the test extras do not install
   (``docs/recipes.md``: Flax, Hugging Face datasets, PyTorch, TFDS): parsed, never run.
 
-Any other ``python ...`` info string fails, so a typo cannot quietly skip a block.
+Any other ``python ...`` info string fails, so a typo cannot quietly skip a block. Blocks
+that start a data service (a local Ray cluster, several seconds each) run in the slow tier.
 """
 
 from __future__ import annotations
@@ -25,28 +24,15 @@ import pytest
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ("docs/migration.md", "docs/design.md", "docs/service.md", "docs/recipes.md")
+# Every guide of the site (mkdocs.yml), so a new one's blocks run too.
+DOCS = tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
+# The guides the README links to.
+GUIDES = ("docs/migration.md", "docs/design.md", "docs/service.md", "docs/recipes.md")
 _FENCE = re.compile(r"^```(\S*)[ \t]*([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
-_TAGS = ("", "tf.data", "planned")
+_TAGS = ("", "tf.data")
 # The libraries a ``needs`` block may name (a typo must not pass as a library).
 _NEEDS = ("flax", "datasets", "torch", "tensorflow_datasets")
-# What "planned" blocks may use, and how to tell that it is still missing.
-_PLANNED = {
-    "sharing=True": lambda: "sharing" not in _built_distribute_arguments(),
-}
-
-
-def _built_distribute_arguments() -> set:
-    """The arguments of ``distribute`` that do something (the rest raise NotImplementedError)."""
-    import jdata.service  # noqa: F401 - importing needs no Ray
-
-    try:
-        jdata.range(1).distribute(jdata.service.Service(None, None, False), sharing=True)
-    except NotImplementedError:
-        return set()
-    except Exception:  # a later check (the fake service) failed: the argument is built
-        return {"sharing"}
-    return {"sharing"}
+_STARTS_RAY = re.compile(r"\bservice\.(start|connect)\(|\bray\.init\(")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,13 +54,19 @@ def _blocks(doc: str) -> list[Block]:
 
 BLOCKS = [block for doc in DOCS for block in _blocks(doc)]
 RUNNABLE = [b for b in BLOCKS if b.tag == ""]
+STARTS_RAY = [b for b in RUNNABLE if _STARTS_RAY.search(b.code)]
 
 
 def _id(block: Block) -> str:
     return f"{pathlib.Path(block.doc).name}:{block.line}"
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=_id)
+def _param(block: Block):
+    return pytest.param(block, id=_id(block),
+                        marks=[pytest.mark.slow] if block in STARTS_RAY else [])
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in RUNNABLE])
 def test_jdata_block_runs_as_written(block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # Padded so that a traceback's line numbers are the document's.
@@ -88,6 +80,10 @@ def test_blocks_were_found():
     assert any(b.doc == "docs/design.md" for b in RUNNABLE)
     assert any(b.doc == "docs/recipes.md" for b in RUNNABLE)
     assert {b.tag.split(" ", 1)[1] for b in BLOCKS if b.tag.startswith("needs ")} == set(_NEEDS)
+    # The service guide's examples start a local Ray each: all of them, and only they, are slow.
+    service_blocks = [b for b in RUNNABLE if b.doc == "docs/service.md"]
+    assert len(service_blocks) >= 6 and all(b in STARTS_RAY for b in service_blocks)
+    assert all("service" in b.code for b in STARTS_RAY)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=_id)
@@ -101,30 +97,31 @@ def test_block_has_a_known_tag_and_parses(block):
 def test_each_tf_data_block_is_followed_by_its_jdata_port():
     text = (ROOT / "docs/migration.md").read_text()
     blocks = [b for b in BLOCKS if b.doc == "docs/migration.md"]
+    ported = 0
     for block, after in zip(blocks, blocks[1:] + [None]):
         if block.tag != "tf.data":
             continue
-        assert after is not None and after.tag in ("", "planned"), _id(block)
+        assert after is not None and after.tag == "", _id(block)
         between = text[block.end:after.start]
-        assert re.fullmatch(r"\s*\*\*jdata( \(planned\))?\*\*\s*", between), (
+        assert re.fullmatch(r"\s*\*\*jdata\*\*\s*", between), (
             f"{_id(block)}: the jdata block must follow at once, headed **jdata**, not "
             f"{between.strip()[:80]!r}")
+        ported += 1
+    assert ported >= 30
 
 
-def test_planned_blocks_show_only_what_is_still_missing():
-    planned = [b for b in BLOCKS if b.tag == "planned"]
-    for block in planned:
-        used = [name for name in _PLANNED if name in block.code]
-        assert used, f"{_id(block)} is marked planned but uses none of {sorted(_PLANNED)}"
-        for name in used:
-            assert _PLANNED[name](), (
-                f"{name} exists now: make {_id(block)} a runnable ``python`` block")
+def test_no_guide_shows_an_api_as_planned():
+    # Every jdata block runs: a guide shows what is built, and says in words what is not.
+    texts = {doc: (ROOT / doc).read_text() for doc in DOCS}
+    assert len(texts) >= 3
+    for doc, text in texts.items():
+        assert "(planned)" not in text and "```python planned" not in text, doc
 
 
 def test_readme_points_into_the_repository_for_design_and_migration():
     readme = (ROOT / "README.md").read_text()
     assert "../shared" not in readme
-    for doc in DOCS:
+    for doc in GUIDES:
         assert f"]({doc})" in readme and (ROOT / doc).is_file()
     differences = readme.split("## Where jdata differs from tf.data, on purpose")[1]
     assert "](docs/migration.md)" in differences.split("\n## ")[0]

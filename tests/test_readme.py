@@ -37,3 +37,11 @@ def test_readme_example_parsing_gives_what_it_says():
     assert parsed["tokens"].dense_shape.tolist() == [2, 6]
     assert parsed["tokens"].values.tolist() == [3, 1, 4, 1, 5, 14] * 2
     assert parsed["tokens"].indices[-1].tolist() == [1, 5]
+
+
+def test_readme_shows_the_state_version_the_code_writes():
+    from jdata import _iterator
+
+    shown = re.findall(r'"version": (\d+)', README.read_text())
+    assert shown, "the README no longer shows a state's version: update this test"
+    assert [int(v) for v in shown] == [_iterator._STATE_VERSION] * len(shown)

@@ -21,6 +21,8 @@ def memory_bytes() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ProcessInfo:
+    """A process of the service: its ``pid``, its Ray node and its private resident memory."""
+
     pid: int | None
     node_id: str | None
     memory_bytes: int = 0  # private resident (``memory_bytes()``)
@@ -172,6 +174,9 @@ class AutocacheStatus:
 
 @dataclasses.dataclass(frozen=True)
 class ServiceStatus:
+    """What ``Service.status()`` returns: the dispatcher, its workers and jobs, the
+    autoscaler, autocache's pipelines and the journal (``print`` it for a summary)."""
+
     dispatcher: ProcessInfo
     workers: list
     jobs: list
