@@ -1,5 +1,7 @@
 """Exceptions raised by jdata."""
 
+from typing import Any
+
 
 class UDFError(Exception):
     """A user-defined function raised while processing an element.
@@ -9,7 +11,7 @@ class UDFError(Exception):
     element's position in that transformation's input stream.
     """
 
-    def __init__(self, op: str, position: int, cause: BaseException):
+    def __init__(self, op: str, position: int, cause: BaseException) -> None:
         self.op = op
         self.position = position
         self.__cause__ = cause  # also when rebuilt from a pickle (worker processes)
@@ -17,7 +19,7 @@ class UDFError(Exception):
             f"{op}: the user function raised {type(cause).__name__} on the element at "
             f"position {position} of its input: {cause}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return UDFError, (self.op, self.position, self.__cause__)
 
 
@@ -42,7 +44,7 @@ class DataError(UDFError):
     """
 
     def __init__(self, op: str, position: int, path: str, record: int, cause: BaseException,
-                 unread_bytes: int | None = None):
+                 unread_bytes: int | None = None) -> None:
         self.path, self.record, self.unread_bytes = path, record, unread_bytes
         message = f"{op}: cannot read record {record} of {path}: {cause}"
         if unread_bytes is not None:
@@ -52,7 +54,7 @@ class DataError(UDFError):
         self.op, self.position = op, position
         self.__cause__ = cause
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return DataError, (self.op, self.position, self.path, self.record, self.__cause__,
                            self.unread_bytes)
 
@@ -67,13 +69,13 @@ class ElementError(UDFError):
     position in its split (or stream); the original error is chained as ``__cause__``.
     """
 
-    def __init__(self, position: int, reason: str, cause: BaseException | None = None):
+    def __init__(self, position: int, reason: str, cause: BaseException | None = None) -> None:
         Exception.__init__(self, f"distribute: the element at position {position} of its "
                                  f"split failed on a worker: {reason}")
         self.op, self.position, self.reason = "distribute", position, reason
         self.__cause__ = _portable(cause)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return ElementError, (self.position, self.reason, self.__cause__)
 
 
@@ -135,7 +137,7 @@ class WorkerImportError(ServiceError):
     the workers import it again). ``module`` names it; the message says how to ship the
     code to the workers (Ray's ``runtime_env``), or to send it by value."""
 
-    def __init__(self, module: str | None, reason: str):
+    def __init__(self, module: str | None, reason: str) -> None:
         self.module, self.reason = module, reason
         name = repr(module) if module else "a module"
         by_value = (f"import {module}; cloudpickle.register_pickle_by_value({module})"
@@ -148,8 +150,34 @@ class WorkerImportError(ServiceError):
             "module, or its file or package directory>]}) or runtime_env={'working_dir': "
             f"'.'}}; or send its functions by value: {by_value}, before the iterator starts")
 
-    def __reduce__(self):  # it crosses Ray from the worker to the trainer
+    def __reduce__(self) -> tuple[Any, ...]:  # it crosses Ray from the worker to the trainer
         return WorkerImportError, (self.module, self.reason)
+
+
+class WorkerError(RuntimeError):
+    """A worker process of the process engine died or could not start: the iterator cannot
+    go on.
+
+    ``computing`` is true on the error of the work a worker died computing
+    (not on that of work queued behind it).
+    """
+
+    computing = False
+
+
+class SharedMemoryError(WorkerError):
+    """The shared-memory directory has no room for a segment the process engine needs."""
+
+
+class UnpicklableJobError(TypeError):
+    """The job (a UDF, or a subtree's reader factory) cannot be pickled for worker
+    processes: ``engine="auto"`` keeps such work on threads."""
+
+
+class JournalError(ValueError):
+    """A service journal that is not one, is damaged, is of another version or does not
+    replay. The message names the file; nothing of it is used (the dispatcher does not
+    start on it)."""
 
 
 def _portable(error: BaseException | None) -> BaseException | None:

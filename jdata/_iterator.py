@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -13,6 +13,9 @@ from jdata import _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata.runtime import persistent, states
 from jdata.runtime.context import Context
+
+if TYPE_CHECKING:
+    from jdata.runtime.stats import PipelineStats
 
 _STATE_VERSION = 3
 # Version 1 states (before the plan's facts were recorded) restore without that
@@ -37,8 +40,9 @@ class DatasetIterator:
     [2, 3, 4]
     """
 
-    def __init__(self, node: _plan.Node, ctx: Context, state: dict | None = None,
-                 epoch: int = 0, epochs: Epochs | None = None):
+    def __init__(self, node: _plan.Node, ctx: Context,
+                 state: dict[str, Any] | str | bytes | None = None,
+                 epoch: int = 0, epochs: Epochs | None = None) -> None:
         self._node = node  # already optimized (Dataset.iterator)
         self._signature = _plan.structure_signature(node)
         self._facts = plan_facts(node)
@@ -55,10 +59,10 @@ class DatasetIterator:
             self._restore(self._root, state["state"])
             self._restored(epoch)
 
-    def __iter__(self):
+    def __iter__(self) -> Self:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         return next(self._root)
 
     @property
@@ -71,7 +75,7 @@ class DatasetIterator:
         return {"version": _STATE_VERSION, "plan": self._signature, "facts": self._facts,
                 "epoch": self._epoch, "state": self._root.get_state()}
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Moves the iterator to a position returned by ``get_state``.
 
         The state is checked first, as untrusted input (it comes back from
@@ -100,7 +104,7 @@ class DatasetIterator:
             old.close()
         self._restored(epoch)
 
-    def _checked(self, state) -> tuple[dict[str, Any], int]:
+    def _checked(self, state: Any) -> tuple[dict[str, Any], int]:
         """The state's dict and epoch, once its envelope is checked (see ``set_state``)."""
         if isinstance(state, (str, bytes)):
             try:
@@ -126,7 +130,7 @@ class DatasetIterator:
         return state, epoch
 
     @staticmethod
-    def _restore(root, state) -> None:
+    def _restore(root: Any, state: Any) -> None:
         try:
             root.set_state(state)
         except RecursionError:
@@ -136,7 +140,7 @@ class DatasetIterator:
         if self._epochs is not None:
             self._epochs.restart_after(epoch)
 
-    def stats(self):
+    def stats(self) -> PipelineStats:
         """Statistics of the pipeline's asynchronous stages and the autotuner's decisions.
 
         Returns a ``PipelineStats``: ``print`` it for a table (throughput,
@@ -171,13 +175,13 @@ class DatasetIterator:
             finally:
                 persistent.closed(self._node, release)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self._close(release=False)
         except Exception:  # interpreter shutdown: nothing left to release
@@ -188,7 +192,7 @@ class Epochs:
     """Counts a dataset's iterators: the Nth one runs epoch N (tf.data reshuffles
     per iterator). Thread-safe; not pickled (a fresh process starts at 0)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._next = 0
         self._lock = threading.Lock()
 
@@ -204,7 +208,7 @@ class Epochs:
             self._next = min(epoch + 1, states.MAX_EPOCH)
 
 
-def plan_facts(node: _plan.Node) -> list[list]:
+def plan_facts(node: _plan.Node) -> list[list[Any]]:
     """What a state is valid only with, per op of the plan (in ``walk`` order):
     ``[op, cardinality, key digest]``, ``None`` where the cardinality is not
     known or the op has no random key.
@@ -212,7 +216,7 @@ def plan_facts(node: _plan.Node) -> list[list]:
     A state taken over a source of another size, or with another shuffle
     key, would restore to another stream (elements skipped or repeated).
     """
-    facts = []
+    facts: list[list[Any]] = []
     for n in _plan.walk(node):
         cardinality = n.cardinality()
         digest = hashlib.sha256(np.ascontiguousarray(n.key).tobytes()).hexdigest()[:16] \
@@ -222,7 +226,7 @@ def plan_facts(node: _plan.Node) -> list[list]:
     return facts
 
 
-def _check_facts(saved, facts: list[list]) -> None:
+def _check_facts(saved: Any, facts: list[list[Any]]) -> None:
     states.check_list(saved, "iterator", "facts", len(facts))
     # Inputs first (reversed walk order): a difference shows first where it comes from.
     for entry, (op, cardinality, digest) in reversed(list(zip(saved, facts))):

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
+from typing import TYPE_CHECKING
 
 
-_UNSET = object()
+class _Unset(enum.Enum):
+    """An argument not passed: ``Options`` tells it from one passed with its default."""
+
+    UNSET = enum.auto()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset.UNSET
 ENGINES = ("auto", "threads", "processes")
 
 
@@ -52,10 +63,15 @@ class Options:
     engine: str = "auto"
     auto_vectorize: bool = False
     inject_prefetch: bool = True
+    if TYPE_CHECKING:  # set in __init__; not a field (it takes no part in ==, hash, repr)
+        _explicit: frozenset[str] = frozenset()
 
-    def __init__(self, *, deterministic=_UNSET, optimize=_UNSET, autotune=_UNSET,
-                 cpu_budget=_UNSET, ram_budget=_UNSET, engine=_UNSET, auto_vectorize=_UNSET,
-                 inject_prefetch=_UNSET):
+    def __init__(self, *, deterministic: bool | _Unset = _UNSET,
+                 optimize: bool | _Unset = _UNSET, autotune: bool | _Unset = _UNSET,
+                 cpu_budget: int | None | _Unset = _UNSET,
+                 ram_budget: int | None | _Unset = _UNSET, engine: str | _Unset = _UNSET,
+                 auto_vectorize: bool | _Unset = _UNSET,
+                 inject_prefetch: bool | _Unset = _UNSET) -> None:
         given = {"deterministic": deterministic, "optimize": optimize, "autotune": autotune,
                  "cpu_budget": cpu_budget, "ram_budget": ram_budget, "engine": engine,
                  "auto_vectorize": auto_vectorize, "inject_prefetch": inject_prefetch}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 try:
@@ -38,6 +39,8 @@ except ImportError as e:
 
 from jdata._iterator import DatasetIterator
 
+__all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave"]
+
 
 def _filename() -> str:
     import jax
@@ -45,7 +48,7 @@ def _filename() -> str:
     return f"process_{jax.process_index()}-of-{jax.process_count()}.json"
 
 
-def _restore_item(args: tuple, kwargs: dict) -> DatasetIterator:
+def _restore_item(args: tuple[Any, ...], kwargs: dict[str, Any]) -> DatasetIterator:
     arg = args[0] if args else kwargs.get("args")
     item = getattr(arg, "item", None)
     if not isinstance(item, DatasetIterator):
@@ -57,7 +60,7 @@ def _restore_item(args: tuple, kwargs: dict) -> DatasetIterator:
 class CheckpointHandler(ocp.CheckpointHandler):
     """Saves and restores a ``jdata.DatasetIterator``'s state, one JSON file per process."""
 
-    def save(self, directory, *args, **kwargs) -> None:
+    def save(self, directory: Path, *args: Any, **kwargs: Any) -> None:
         arg = args[0] if args else kwargs.get("args")
         state = getattr(arg, "state", None)
         if state is None:
@@ -65,7 +68,7 @@ class CheckpointHandler(ocp.CheckpointHandler):
         directory.mkdir(parents=True, exist_ok=True)
         (directory / _filename()).write_text(json.dumps(state))
 
-    def restore(self, directory, *args, **kwargs) -> DatasetIterator:
+    def restore(self, directory: Path, *args: Any, **kwargs: Any) -> DatasetIterator:
         item = _restore_item(args, kwargs)
         path = directory / _filename()
         if not path.exists():
@@ -75,7 +78,7 @@ class CheckpointHandler(ocp.CheckpointHandler):
         item.set_state(json.loads(path.read_text()))
         return item
 
-    def metadata(self, directory) -> Any:
+    def metadata(self, directory: Path) -> Any:
         return None
 
     def close(self) -> None:
@@ -92,9 +95,9 @@ class CheckpointSave(ocp.args.CheckpointArgs):
     """
 
     item: DatasetIterator
-    state: dict = dataclasses.field(init=False, repr=False)
+    state: dict[str, Any] = dataclasses.field(init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.item, DatasetIterator):
             raise TypeError("jdata.checkpoint: CheckpointSave(item) needs a jdata iterator "
                             f"(ds.iterator()), not {self.item!r}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterable
 from typing import ClassVar
 
 from jdata import _planner
@@ -231,7 +232,7 @@ def _truncated(length: int) -> Corrupt:
                    "length is corrupt)", True)
 
 
-def write_tfrecord(path: str, records) -> int:
+def write_tfrecord(path: str, records: Iterable[bytes]) -> int:
     """Writes ``records`` (``bytes`` each) as a TFRecord file that TensorFlow reads; returns
     how many. Local paths only."""
     crc32c = _crc32c()

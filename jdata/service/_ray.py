@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import warnings
+from types import ModuleType
 
 _LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 LOCALHOST = "127.0.0.1"
@@ -33,7 +34,7 @@ _SETTINGS_FRAME = 4
 _TLS = "RAY_USE_TLS"
 
 
-def ray_module():
+def ray_module() -> ModuleType:
     """``import ray``, with a clear error when the extra is missing."""
     if "ray" not in sys.modules:
         # Read by Ray when it is imported: decides whether it binds loopback only.
