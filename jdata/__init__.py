@@ -10,6 +10,9 @@ from jdata._errors import ElementError as ElementError
 from jdata._errors import ServiceError as ServiceError
 from jdata._errors import UDFError as UDFError
 from jdata import errors as errors
+from jdata.errors import JournalError as JournalError
+from jdata.errors import MissingExtraError as MissingExtraError
+from jdata.errors import OptionsFrozenError as OptionsFrozenError
 from jdata.errors import ServiceConnectionError as ServiceConnectionError
 from jdata.errors import ServiceNotFoundError as ServiceNotFoundError
 from jdata.errors import ServiceStartError as ServiceStartError
@@ -47,9 +50,18 @@ from jdata._spec import TensorSpec as TensorSpec
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # ``JournalError`` lives with the service's journal (sqlite3, the state machine):
-    # loaded when asked for, so that ``import jdata`` stays light.
-    if name == "JournalError":
-        return errors.JournalError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# What ``from jdata import *`` binds: the public names, in the order imported above.
+# ``range``, ``zip`` (builtins) and ``random`` (the standard module) are left out, so that
+# a star import does not shadow them; they stay ``jdata.range``, ``jdata.zip``, ``jdata.random``.
+__all__ = [
+    "AUTOTUNE", "INFINITE", "UNKNOWN", "Dataset", "declare", "DataError", "ElementError",
+    "ServiceError", "UDFError", "errors", "JournalError", "MissingExtraError",
+    "OptionsFrozenError", "ServiceConnectionError", "ServiceNotFoundError",
+    "ServiceStartError", "ServiceStoppedError", "ServiceUnavailableError",
+    "ServiceVersionError", "IteratorClosedError", "SharedMemoryError", "UnpicklableJobError",
+    "WorkDirInUseError", "WorkerError", "WorkerImportError", "DatasetIterator", "Options",
+    "choose_from_datasets", "counter", "from_generator", "from_source", "from_tensor_slices",
+    "from_tensors", "sample_from_datasets", "from_array_record", "from_parquet",
+    "from_text_lines", "from_tfrecord", "list_files", "load", "hosts", "DatasetSpec",
+    "TensorSpec",
+]

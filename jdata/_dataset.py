@@ -8,11 +8,11 @@ randomness takes explicit JAX keys instead of seeds.
 
 from __future__ import annotations
 
-import collections.abc
 import functools
 import inspect
 import os
-from typing import Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 from jdata._iterator import DatasetIterator, Epochs
 from jdata._options import Options
+from jdata._types import Key
 from jdata.ops import (autocache as autocache_op, batch, bucket_by_sequence_length, cache,
                        concatenate, enumerate as enumerate_op, filter as filter_op, flat_map,
                        group_by_window, ignore_errors, interleave, map as map_op,
@@ -31,20 +32,31 @@ from jdata.runtime import engine
 from jdata.runtime.context import Context
 from jdata.runtime.udf import check_callable
 
+if TYPE_CHECKING:  # jdata.service is imported when a pipeline is distributed
+    from jdata.service import Service
+
 # tf.data's default is the machine's core count, which makes the output order
 # depend on the machine; jdata fixes it so the order is the same everywhere.
 DEFAULT_CYCLE_LENGTH = 8
 
 
-def _explains_tf_calls(explain: Callable):
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _explains_tf_calls(
+        explain: Callable[[tuple[Any, ...], dict[str, Any], TypeError], Exception],
+) -> Callable[[Callable[Concatenate[_S, _P], _R]], Callable[Concatenate[_S, _P], _R]]:
     """A call that does not bind to the method (arguments in tf.data's order, such as
     ``shuffle(1000, key=k)``) raises ``explain(args, kwargs)`` instead of Python's
-    "multiple values for argument"."""
-    def wrap(method):
+    "multiple values for argument". The method keeps its signature (for type checkers
+    through the ``ParamSpec``, for ``inspect.signature`` through ``functools.wraps``)."""
+    def wrap(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
         signature = inspect.signature(method)
 
         @functools.wraps(method)
-        def checked(self, *args, **kwargs):
+        def checked(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             try:
                 signature.bind(self, *args, **kwargs)
             except TypeError as e:
@@ -67,7 +79,7 @@ class Dataset:
     [[2, 4, 8, 10], [14, 16]]
     """
 
-    def __init__(self, node: _plan.Node):
+    def __init__(self, node: _plan.Node) -> None:
         if not isinstance(node, _plan.Node):
             raise TypeError(
                 f"Dataset({node!r}): build datasets with jdata.range, jdata.from_tensor_slices, "
@@ -76,13 +88,13 @@ class Dataset:
         self._optimized: optimize.Optimized | None = None
         self._epochs = Epochs()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         # The plan only: the optimized plan is rebuilt where it is used, and the
         # iterator count starts again at 0 (as in a fresh process).
         return {"_node": self._node}
 
-    def __setstate__(self, state):
-        self.__init__(state["_node"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        Dataset.__init__(self, state["_node"])
 
     def _optimize(self) -> optimize.Optimized:
         # Once per dataset: its iterators share the optimized nodes (and caches).
@@ -92,7 +104,7 @@ class Dataset:
 
     # ----------------------------------------------------------------- iteration
 
-    def iterator(self, state: dict | None = None) -> DatasetIterator:
+    def iterator(self, state: dict[str, Any] | str | bytes | None = None) -> DatasetIterator:
         """A new iterator, optionally resumed from a ``get_state()`` result.
 
         As in tf.data, each new iterator of a dataset is a new epoch: the Nth
@@ -148,7 +160,7 @@ class Dataset:
     # ---------------------------------------------------------------- properties
 
     @property
-    def element_spec(self):
+    def element_spec(self) -> Any:
         """The structure of an element, with a ``TensorSpec`` per leaf.
 
         Sizes that vary are ``None`` (e.g. the batch dimension without
@@ -227,7 +239,7 @@ class Dataset:
             lines += [f"  ({note})" for note in fired.notes]
         return "\n".join(lines)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<jdata.Dataset {self._node}>"
 
     def _repr_html_(self) -> str:
@@ -236,7 +248,7 @@ class Dataset:
 
     # ------------------------------------------------------------- transformations
 
-    def map(self, fn: Callable, num_parallel_calls: int | None = None,
+    def map(self, fn: Callable[..., Any], num_parallel_calls: int | None = None,
             deterministic: bool | None = None, vectorize: bool = False) -> Dataset:
         """Applies ``fn`` to every element.
 
@@ -273,7 +285,7 @@ class Dataset:
         return Dataset(map_op.MapNode(self._node, fn, num_parallel_calls, deterministic,
                                       vectorize))
 
-    def random_map(self, fn: Callable, key, num_parallel_calls: int | None = None,
+    def random_map(self, fn: Callable[..., Any], key: Key, num_parallel_calls: int | None = None,
                    deterministic: bool | None = None, vectorize: bool = False) -> Dataset:
         """Applies ``fn(element, element_key)`` with a key of the element's own.
 
@@ -310,7 +322,7 @@ class Dataset:
         return Dataset(random_map.RandomMapNode(self._node, fn, key_data, num_parallel_calls,
                                                 deterministic, vectorize))
 
-    def filter(self, predicate: Callable) -> Dataset:
+    def filter(self, predicate: Callable[..., Any]) -> Dataset:
         """Keeps the elements for which ``predicate`` returns true.
 
         >>> import jdata
@@ -320,7 +332,7 @@ class Dataset:
         check_callable(predicate, "predicate", "filter")
         return Dataset(filter_op.FilterNode(self._node, predicate))
 
-    def flat_map(self, fn: Callable) -> Dataset:
+    def flat_map(self, fn: Callable[..., Dataset]) -> Dataset:
         """Maps each element to a dataset and concatenates those datasets.
 
         >>> import jdata
@@ -331,7 +343,7 @@ class Dataset:
         check_callable(fn, "fn", "flat_map")
         return Dataset(flat_map.FlatMapNode(self._node, fn))
 
-    def interleave(self, fn: Callable, cycle_length: int | None = None,
+    def interleave(self, fn: Callable[..., Dataset], cycle_length: int | None = None,
                    block_length: int | None = 1,
                    num_parallel_calls: int | None = None,
                    deterministic: bool | None = None) -> Dataset:
@@ -394,7 +406,7 @@ class Dataset:
         return Dataset(batch.BatchNode(self._node, int(batch_size), drop_remainder,
                                        num_parallel_calls, deterministic))
 
-    def padded_batch(self, batch_size: int, padded_shapes=None, padding_values=None,
+    def padded_batch(self, batch_size: int, padded_shapes: Any = None, padding_values: Any = None,
                      drop_remainder: bool = False) -> Dataset:
         """Batches elements, padding each leaf to a common shape.
 
@@ -427,7 +439,7 @@ class Dataset:
         """
         return Dataset(unbatch.UnbatchNode(self._node))
 
-    def rebatch(self, batch_size, drop_remainder: bool = False) -> Dataset:
+    def rebatch(self, batch_size: int | Sequence[int], drop_remainder: bool = False) -> Dataset:
         """Re-splits batches into batches of ``batch_size`` rows.
 
         Same as ``unbatch().batch(batch_size, drop_remainder)``. ``batch_size``
@@ -447,8 +459,9 @@ class Dataset:
         return Dataset(rebatch.RebatchNode(self._node, sizes, drop_remainder))
 
     @_explains_tf_calls(shuffle.tf_style_error)
-    def shuffle(self, key=None, buffer_size: int | None = None,
-                reshuffle_each_iteration: bool | None = True, *, seed=None) -> Dataset:
+    def shuffle(self, key: Key | None = None, buffer_size: int | None = None,
+                reshuffle_each_iteration: bool | None = True, *,
+                seed: int | None = None) -> Dataset:
         """Shuffles elements with randomness from ``key``.
 
         Without ``buffer_size`` the input must be random access (a source, and
@@ -523,7 +536,7 @@ class Dataset:
         count = check.int_arg(count, "count", "skip", minimum=-1)
         return Dataset(skip.SkipNode(self._node, count))
 
-    def take_while(self, predicate: Callable) -> Dataset:
+    def take_while(self, predicate: Callable[..., Any]) -> Dataset:
         """Elements up to (not including) the first for which ``predicate`` is false.
 
         >>> import jdata
@@ -597,9 +610,10 @@ class Dataset:
         return Dataset(window.WindowNode(self._node, int(size), int(shift), int(stride),
                                          drop_remainder))
 
-    def group_by_window(self, key_func: Callable, reduce_func: Callable,
+    def group_by_window(self, key_func: Callable[..., Any],
+                        reduce_func: Callable[[Any, Dataset], Dataset],
                         window_size: int | None = None,
-                        window_size_func: Callable | None = None) -> Dataset:
+                        window_size_func: Callable[[Any], Any] | None = None) -> Dataset:
         """Groups elements by key into windows and reduces each window to a dataset.
 
         ``key_func(element)`` gives an int key. When a key's group reaches its
@@ -633,9 +647,10 @@ class Dataset:
             self._node, key_func, reduce_func,
             None if window_size is None else int(window_size), window_size_func))
 
-    def bucket_by_sequence_length(self, element_length_func: Callable, bucket_boundaries,
-                                  bucket_batch_sizes, padded_shapes=None,
-                                  padding_values=None, pad_to_bucket_boundary: bool = False,
+    def bucket_by_sequence_length(self, element_length_func: Callable[..., Any],
+                                  bucket_boundaries: Sequence[int],
+                                  bucket_batch_sizes: Sequence[int], padded_shapes: Any = None,
+                                  padding_values: Any = None, pad_to_bucket_boundary: bool = False,
                                   no_padding: bool = False,
                                   drop_remainder: bool = False) -> Dataset:
         """Batches elements of similar length together, padding within a bucket.
@@ -667,7 +682,7 @@ class Dataset:
             self._node, element_length_func, bucket_boundaries, bucket_batch_sizes,
             padded_shapes, padding_values, pad_to_bucket_boundary, no_padding, drop_remainder))
 
-    def scan(self, initial_state, scan_func: Callable) -> Dataset:
+    def scan(self, initial_state: Any, scan_func: Callable[..., tuple[Any, Any]]) -> Dataset:
         """A running fold: ``scan_func(state, element) -> (new_state, output)``.
 
         >>> import jdata
@@ -678,7 +693,7 @@ class Dataset:
         check_callable(scan_func, "scan_func", "scan")
         return Dataset(scan.ScanNode(self._node, _as_state(initial_state, "scan"), scan_func))
 
-    def reduce(self, initial_state, reduce_func: Callable):
+    def reduce(self, initial_state: Any, reduce_func: Callable[..., Any]) -> Any:
         """Folds the whole dataset into one value: ``reduce_func(state, element)``.
 
         >>> import jdata
@@ -786,7 +801,7 @@ class Dataset:
                              "would save the most")
         return Dataset(autocache_op.AutocacheNode(self._node, mode))
 
-    def save(self, path: str) -> dict:
+    def save(self, path: str) -> dict[str, Any]:
         """Writes every element to a new directory ``path`` that ``jdata.load(path)`` reads.
 
         ArrayRecord shards of the elements (grain's ``ArrayRecordDataSource``
@@ -803,7 +818,8 @@ class Dataset:
         with self.iterator() as it:
             return saved.save(it, path, self.fingerprint())
 
-    def distribute(self, service, processing_mode: str = "dynamic", job_name: str | None = None,
+    def distribute(self, service: Service, processing_mode: str = "dynamic",
+                   job_name: str | None = None,
                    num_consumers: int | None = None, consumer_index: int | None = None,
                    sharing: bool = False, compression: str | None = None,
                    deterministic: bool | None = None) -> Dataset:
@@ -900,7 +916,8 @@ class Dataset:
                                              job_name, deterministic, compression, sharing,
                                              num_consumers, consumer_index))
 
-    def to_global(self, sharding, prefetch: int = 2, normalize=None) -> Dataset:
+    def to_global(self, sharding: Any, prefetch: int = 2,
+                  normalize: tuple[Any, Any] | None = None) -> Dataset:
         """Per-host batches as global ``jax.Array``s, ``prefetch`` of them on the devices ahead.
 
         Each host's batch becomes its part of a global array through
@@ -1015,7 +1032,7 @@ class Dataset:
             raise TypeError(f"with_options: options={options!r} must be a jdata.Options")
         return Dataset(options_op.OptionsNode(self._node, options))
 
-    def get_single_element(self):
+    def get_single_element(self) -> Any:
         """The dataset's only element; raises if it has zero or several.
 
         >>> import jdata
@@ -1066,11 +1083,11 @@ def _first_sequential(node: _plan.Node) -> str:
     return str(node)
 
 
-def _as_state(state, op: str):
+def _as_state(state: Any, op: str) -> Any:
     """Converts a user's initial state to NumPy leaves, checking that it is a pytree."""
     if state is None:
         raise TypeError(f"{op}: initial_state=None; pass the initial state, e.g. np.int64(0)")
-    if isinstance(state, collections.abc.Callable):
+    if callable(state):
         raise TypeError(f"{op}: initial_state={state!r} is a function; pass a value")
     from jdata import _tree
     return _tree.normalize(state, op)

@@ -8,7 +8,11 @@ one can change outputs, so declare only what holds for every element.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Iterable
+from typing import Any, Callable, Generic, ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,23 +32,24 @@ class Traits:
 
     pointwise: bool = False
     selection: bool = False
-    reads: frozenset | None = None
-    writes: frozenset | None = None
+    reads: frozenset[str] | None = None
+    writes: frozenset[str] | None = None
 
 
-class Declared:
-    """``fn`` with its ``Traits`` (picklable, prints as ``fn``)."""
+class Declared(Generic[_P, _R]):
+    """``fn`` with its ``Traits`` (picklable, prints as ``fn``; called as ``fn`` is)."""
 
-    def __init__(self, fn: Callable, traits: Traits):
+    def __init__(self, fn: Callable[_P, _R], traits: Traits) -> None:
         self.fn, self.traits = fn, traits
         self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return self.fn(*args, **kwargs)
 
 
-def declare(fn: Callable, *, pointwise: bool = False, selection: bool = False,
-            reads=None, writes=None) -> Declared:
+def declare(fn: Callable[_P, _R], *, pointwise: bool = False, selection: bool = False,
+            reads: Iterable[str] | None = None,
+            writes: Iterable[str] | None = None) -> Declared[_P, _R]:
     """Declares what ``fn`` does, so that the optimizer can reorder it.
 
     Args:
@@ -83,10 +88,10 @@ def declare(fn: Callable, *, pointwise: bool = False, selection: bool = False,
                                None if writes is None else frozenset(writes)))
 
 
-def traits_of(fn) -> Traits | None:
+def traits_of(fn: Any) -> Traits | None:
     return fn.traits if isinstance(fn, Declared) else None
 
 
-def unwrapped(fn) -> Callable:
+def unwrapped(fn: Any) -> Callable[..., Any]:
     """The function a ``declare`` wraps (``fn`` itself if undeclared)."""
     return fn.fn if isinstance(fn, Declared) else fn

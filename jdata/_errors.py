@@ -1,5 +1,8 @@
 """Exceptions raised by jdata."""
 
+import dataclasses
+from typing import Any
+
 
 class UDFError(Exception):
     """A user-defined function raised while processing an element.
@@ -9,7 +12,7 @@ class UDFError(Exception):
     element's position in that transformation's input stream.
     """
 
-    def __init__(self, op: str, position: int, cause: BaseException):
+    def __init__(self, op: str, position: int, cause: BaseException) -> None:
         self.op = op
         self.position = position
         self.__cause__ = cause  # also when rebuilt from a pickle (worker processes)
@@ -17,7 +20,7 @@ class UDFError(Exception):
             f"{op}: the user function raised {type(cause).__name__} on the element at "
             f"position {position} of its input: {cause}{_read_only_hint(cause)}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return UDFError, (self.op, self.position, self.__cause__)
 
 
@@ -55,7 +58,7 @@ class DataError(UDFError):
     """
 
     def __init__(self, op: str, position: int, path: str, record: int, cause: BaseException,
-                 unread_bytes: int | None = None):
+                 unread_bytes: int | None = None) -> None:
         self.path, self.record, self.unread_bytes = path, record, unread_bytes
         message = f"{op}: cannot read record {record} of {path}: {cause}"
         if unread_bytes is not None:
@@ -65,7 +68,7 @@ class DataError(UDFError):
         self.op, self.position = op, position
         self.__cause__ = cause
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return DataError, (self.op, self.position, self.path, self.record, self.__cause__,
                            self.unread_bytes)
 
@@ -80,13 +83,13 @@ class ElementError(UDFError):
     position in its split (or stream); the original error is chained as ``__cause__``.
     """
 
-    def __init__(self, position: int, reason: str, cause: BaseException | None = None):
+    def __init__(self, position: int, reason: str, cause: BaseException | None = None) -> None:
         Exception.__init__(self, f"distribute: the element at position {position} of its "
                                  f"split failed on a worker: {reason}")
         self.op, self.position, self.reason = "distribute", position, reason
         self.__cause__ = _portable(cause)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return ElementError, (self.position, self.reason, self.__cause__)
 
 
@@ -148,7 +151,7 @@ class WorkerImportError(ServiceError):
     the workers import it again). ``module`` names it; the message says how to ship the
     code to the workers (Ray's ``runtime_env``), or to send it by value."""
 
-    def __init__(self, module: str | None, reason: str):
+    def __init__(self, module: str | None, reason: str) -> None:
         self.module, self.reason = module, reason
         name = repr(module) if module else "a module"
         by_value = (f"import {module}; cloudpickle.register_pickle_by_value({module})"
@@ -161,7 +164,7 @@ class WorkerImportError(ServiceError):
             "module, or its file or package directory>]}) or runtime_env={'working_dir': "
             f"'.'}}; or send its functions by value: {by_value}, before the iterator starts")
 
-    def __reduce__(self):  # it crosses Ray from the worker to the trainer
+    def __reduce__(self) -> tuple[Any, ...]:  # it crosses Ray from the worker to the trainer
         return WorkerImportError, (self.module, self.reason)
 
 
@@ -171,6 +174,32 @@ class IteratorClosedError(ValueError):
     ``ValueError``, as Python's own operations on a closed file). Make a new one with
     ``ds.iterator()``, or ``ds.iterator(state)`` to go on from a state: ``get_state()``
     still works after ``close()`` and says where the iterator stopped."""
+
+
+class WorkerError(RuntimeError):
+    """A worker process of the process engine died or could not start: the iterator cannot
+    go on.
+
+    ``computing`` is true on the error of the work a worker died computing
+    (not on that of work queued behind it).
+    """
+
+    computing = False
+
+
+class SharedMemoryError(WorkerError):
+    """The shared-memory directory has no room for a segment the process engine needs."""
+
+
+class UnpicklableJobError(TypeError):
+    """The job (a UDF, or a subtree's reader factory) cannot be pickled for worker
+    processes: ``engine="auto"`` keeps such work on threads."""
+
+
+class JournalError(ValueError):
+    """A service journal that is not one, is damaged, is of another version or does not
+    replay. The message names the file; nothing of it is used (the dispatcher does not
+    start on it)."""
 
 
 def _portable(error: BaseException | None) -> BaseException | None:
@@ -184,3 +213,44 @@ def _portable(error: BaseException | None) -> BaseException | None:
         return error
     except Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+# The distribution on the package index (``jdata`` there is another project).
+DISTRIBUTION = "jdata-jax"
+
+
+def install_hint(extra: str) -> str:
+    """The shell line that installs jdata's ``extra``."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+class MissingExtraError(ImportError):
+    """A feature needs an optional dependency that is not installed (an ``ImportError``).
+
+    ``feature`` is what needs it, ``name`` the module that did not import and ``extra``
+    the jdata extra that installs it.
+    """
+
+    def __init__(self, feature: str, module: str, extra: str, distribution: str) -> None:
+        super().__init__(f"{feature} needs {distribution} (module {module!r} does not "
+                         f"import): {install_hint(extra)}", name=module)
+        self.feature, self.extra, self.distribution = feature, extra, distribution
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str | None, str, str]]:
+        return _rebuild, (self.feature, self.name, self.extra, self.distribution)
+
+
+def _rebuild(feature: str, module: str, extra: str, distribution: str) -> MissingExtraError:
+    return MissingExtraError(feature, module, extra, distribution)
+
+
+class OptionsFrozenError(dataclasses.FrozenInstanceError):
+    """An attribute assignment to ``Options`` (a ``dataclasses.FrozenInstanceError``)."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        super().__init__(
+            f"cannot assign to field {name!r}: jdata.Options are immutable (tf.data's "
+            f"`options.{name} = ...` has no jdata spelling). Set it with "
+            f"ds = ds.with_options(jdata.Options({name}={value!r})) (which overrides that "
+            f"field only), or copy options with that change: "
+            f"dataclasses.replace(options, {name}={value!r})")

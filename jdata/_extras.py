@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import importlib
 
-DISTRIBUTION = "jdata-jax"
+from jdata import _errors
+from jdata._errors import MissingExtraError as MissingExtraError
+
+DISTRIBUTION = _errors.DISTRIBUTION
 
 # Top-level module -> (the distribution that installs it, the jdata extra that lists it).
 _EXTRAS = {
@@ -31,27 +34,7 @@ _EXTRAS = {
 
 def install_hint(extra: str) -> str:
     """The shell line that installs jdata's ``extra``."""
-    return f"pip install '{DISTRIBUTION}[{extra}]'"
-
-
-class MissingExtraError(ImportError):
-    """A feature needs an optional dependency that is not installed (an ``ImportError``).
-
-    ``feature`` is what needs it, ``name`` the module that did not import and ``extra``
-    the jdata extra that installs it.
-    """
-
-    def __init__(self, feature: str, module: str, extra: str, distribution: str):
-        super().__init__(f"{feature} needs {distribution} (module {module!r} does not "
-                         f"import): {install_hint(extra)}", name=module)
-        self.feature, self.extra, self.distribution = feature, extra, distribution
-
-    def __reduce__(self):
-        return _rebuild, (self.feature, self.name, self.extra, self.distribution)
-
-
-def _rebuild(feature: str, module: str, extra: str, distribution: str) -> MissingExtraError:
-    return MissingExtraError(feature, module, extra, distribution)
+    return _errors.install_hint(extra)
 
 
 def require(module: str, feature: str):

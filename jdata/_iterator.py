@@ -6,7 +6,7 @@ import copy
 import hashlib
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import IteratorClosedError
 from jdata.runtime import persistent, states
 from jdata.runtime.context import Context
+
+if TYPE_CHECKING:
+    from jdata.runtime.stats import PipelineStats
 
 _STATE_VERSION = 3
 # Version 1 states (before the plan's facts were recorded) restore without that
@@ -39,30 +42,31 @@ class DatasetIterator:
     [2, 3, 4]
     """
 
-    def __init__(self, node: _plan.Node, ctx: Context, state: dict | None = None,
-                 epoch: int = 0, epochs: Epochs | None = None):
+    def __init__(self, node: _plan.Node, ctx: Context,
+                 state: dict[str, Any] | str | bytes | None = None,
+                 epoch: int = 0, epochs: Epochs | None = None) -> None:
         self._node = node  # already optimized (Dataset.iterator)
         self._signature = _plan.structure_signature(node)
         self._facts = plan_facts(node)
         self._ctx = ctx
         self._epochs = epochs
         self._closed = False
-        self._final_state: dict | Exception | None = None  # get_state() once closed
+        self._final_state: dict[str, Any] | Exception | None = None  # get_state() once closed
         if state is not None:
             state, epoch = self._checked(state)
         self._epoch = epoch
         ctx.pool_home = node
         persistent.opened(node)
         self._root = _planner.make_iterator(node, ctx, epoch)
-        self._stream = self._root  # what next() reads: _CLOSED once closed
+        self._stream: Any = self._root  # what next() reads: _CLOSED once closed
         if state is not None:
             self._restore(self._root, state["state"])
             self._restored(epoch)
 
-    def __iter__(self):
+    def __iter__(self) -> Self:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         return next(self._stream)
 
     @property
@@ -77,7 +81,7 @@ class DatasetIterator:
         return {"version": _STATE_VERSION, "plan": self._signature, "facts": self._facts,
                 "epoch": self._epoch, "state": self._root.get_state()}
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Moves the iterator to a position returned by ``get_state``.
 
         The state is checked first, as untrusted input (it comes back from
@@ -109,7 +113,7 @@ class DatasetIterator:
             old.close()
         self._restored(epoch)
 
-    def _checked(self, state) -> tuple[dict[str, Any], int]:
+    def _checked(self, state: Any) -> tuple[dict[str, Any], int]:
         """The state's dict and epoch, once its envelope is checked (see ``set_state``)."""
         if isinstance(state, (str, bytes)):
             try:
@@ -135,7 +139,7 @@ class DatasetIterator:
         return state, epoch
 
     @staticmethod
-    def _restore(root, state) -> None:
+    def _restore(root: Any, state: Any) -> None:
         try:
             root.set_state(state)
         except RecursionError:
@@ -145,7 +149,7 @@ class DatasetIterator:
         if self._epochs is not None:
             self._epochs.restart_after(epoch)
 
-    def stats(self):
+    def stats(self) -> PipelineStats:
         """Statistics of the pipeline's asynchronous stages and the autotuner's decisions.
 
         Returns a ``PipelineStats``: ``print`` it for a table (throughput,
@@ -199,7 +203,7 @@ class DatasetIterator:
             finally:
                 persistent.closed(self._node, release)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         closed = "closed" if getattr(self, "_closed", True) else "open"
         return (f"<jdata.DatasetIterator {closed}, epoch {getattr(self, '_epoch', '?')}, "
                 f"plan {getattr(self, '_node', '?')}>")
@@ -215,13 +219,13 @@ class DatasetIterator:
             lambda: "\n".join(_dataset._explain(self._node, 0, self._ctx)), str(self._node))
         return _html.block("jdata.DatasetIterator", rows, plan)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self._close(release=False)
         except Exception:  # interpreter shutdown: nothing left to release
@@ -234,11 +238,11 @@ class _Closed:
     buffers are never reached, where threads would wait forever, processes would say
     their workers were shut down, and a sequential pipeline would end as if exhausted."""
 
-    def __next__(self):
+    def __next__(self) -> NoReturn:
         self.refuse("next()")
 
     @staticmethod
-    def refuse(what: str):
+    def refuse(what: str) -> NoReturn:
         raise IteratorClosedError(
             f"{what} on a closed iterator: close() released its threads, processes and "
             "buffers. Make a new one with ds.iterator(), or ds.iterator(it.get_state()) to "
@@ -252,7 +256,7 @@ class Epochs:
     """Counts a dataset's iterators: the Nth one runs epoch N (tf.data reshuffles
     per iterator). Thread-safe; not pickled (a fresh process starts at 0)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._next = 0
         self._lock = threading.Lock()
 
@@ -268,7 +272,7 @@ class Epochs:
             self._next = min(epoch + 1, states.MAX_EPOCH)
 
 
-def plan_facts(node: _plan.Node) -> list[list]:
+def plan_facts(node: _plan.Node) -> list[list[Any]]:
     """What a state is valid only with, per op of the plan (in ``walk`` order):
     ``[op, cardinality, key digest]``, ``None`` where the cardinality is not
     known or the op has no random key.
@@ -276,7 +280,7 @@ def plan_facts(node: _plan.Node) -> list[list]:
     A state taken over a source of another size, or with another shuffle
     key, would restore to another stream (elements skipped or repeated).
     """
-    facts = []
+    facts: list[list[Any]] = []
     for n in _plan.walk(node):
         cardinality = n.cardinality()
         digest = hashlib.sha256(np.ascontiguousarray(n.key).tobytes()).hexdigest()[:16] \
@@ -286,7 +290,7 @@ def plan_facts(node: _plan.Node) -> list[list]:
     return facts
 
 
-def _check_facts(saved, facts: list[list]) -> None:
+def _check_facts(saved: Any, facts: list[list[Any]]) -> None:
     states.check_list(saved, "iterator", "facts", len(facts))
     # Inputs first (reversed walk order): a difference shows first where it comes from.
     for entry, (op, cardinality, digest) in reversed(list(zip(saved, facts))):

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from jdata._errors import OptionsFrozenError
 
 
-_UNSET = object()
+class _Unset(enum.Enum):
+    """An argument not passed: ``Options`` tells it from one passed with its default."""
+
+    UNSET = enum.auto()
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset.UNSET
 ENGINES = ("auto", "threads", "processes")
-
-
-class OptionsFrozenError(dataclasses.FrozenInstanceError):
-    """An attribute assignment to ``Options`` (a ``dataclasses.FrozenInstanceError``)."""
-
-    def __init__(self, name: str, value):
-        super().__init__(
-            f"cannot assign to field {name!r}: jdata.Options are immutable (tf.data's "
-            f"`options.{name} = ...` has no jdata spelling). Set it with "
-            f"ds = ds.with_options(jdata.Options({name}={value!r})) (which overrides that "
-            f"field only), or copy options with that change: "
-            f"dataclasses.replace(options, {name}={value!r})")
 
 
 # Not dataclass(frozen=True): that writes a __setattr__ whose error cannot say how to set an
@@ -72,10 +73,15 @@ class Options:
     engine: str = "auto"
     auto_vectorize: bool = False
     inject_prefetch: bool = True
+    if TYPE_CHECKING:  # set in __init__; not a field (it takes no part in ==, hash, repr)
+        _explicit: frozenset[str] = frozenset()
 
-    def __init__(self, *, deterministic=_UNSET, optimize=_UNSET, autotune=_UNSET,
-                 cpu_budget=_UNSET, ram_budget=_UNSET, engine=_UNSET, auto_vectorize=_UNSET,
-                 inject_prefetch=_UNSET):
+    def __init__(self, *, deterministic: bool | _Unset = _UNSET,
+                 optimize: bool | _Unset = _UNSET, autotune: bool | _Unset = _UNSET,
+                 cpu_budget: int | None | _Unset = _UNSET,
+                 ram_budget: int | None | _Unset = _UNSET, engine: str | _Unset = _UNSET,
+                 auto_vectorize: bool | _Unset = _UNSET,
+                 inject_prefetch: bool | _Unset = _UNSET) -> None:
         given = {"deterministic": deterministic, "optimize": optimize, "autotune": autotune,
                  "cpu_budget": cpu_budget, "ram_budget": ram_budget, "engine": engine,
                  "auto_vectorize": auto_vectorize, "inject_prefetch": inject_prefetch}
@@ -86,22 +92,22 @@ class Options:
         object.__setattr__(self, "_explicit", frozenset(given))
         self._validate()
 
-    def __setattr__(self, name: str, value):
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
         raise OptionsFrozenError(name, value)
 
-    def __delattr__(self, name: str):
+    def __delattr__(self, name: str) -> NoReturn:
         raise OptionsFrozenError(name, None)
 
-    def _key(self) -> tuple:
+    def _key(self) -> tuple[tuple[Any, ...], frozenset[str]]:
         """What an ``Options`` merges as: every field's value and which fields were set."""
         return (tuple(getattr(self, f.name) for f in dataclasses.fields(self)), self._explicit)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if type(other) is not Options:
             return NotImplemented
         return self._key() == other._key()
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self._key())
 
     def _validate(self) -> None:

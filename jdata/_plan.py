@@ -132,7 +132,7 @@ class Node:
     def compute_spec(self):
         raise NotImplementedError(type(self).__name__)
 
-    def element_spec(self):
+    def element_spec(self) -> Any:
         """The pytree of ``TensorSpec`` of this node's elements (memoized)."""
         try:
             return _MEMO[self]

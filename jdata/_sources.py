@@ -6,13 +6,15 @@ File sources (``from_array_record``, ``from_tfrecord``...) live in ``jdata.io``.
 from __future__ import annotations
 
 import builtins  # noqa: F401 - the from_generator doctest uses builtins.range
-from typing import Callable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Callable, Protocol, cast
 
 import numpy as np
 
 from jdata import _random, _tree
 from jdata import _validate as check
 from jdata._dataset import Dataset, check_inputs_combine
+from jdata._types import Key
 from jdata.ops import (choose_from_datasets as choose_op, counter as counter_op,
                        from_generator as generator_op, from_source as source_op,
                        from_tensor_slices as slices_op, from_tensors as tensors_op,
@@ -20,6 +22,15 @@ from jdata.ops import (choose_from_datasets as choose_op, counter as counter_op,
                        sample_from_datasets as sample_op, zip as zip_op)
 from jdata.runtime.udf import check_callable
 from jdata.runtime.values import read_only
+
+
+class RandomAccessSource(Protocol):
+    """What ``from_source`` reads: a length and elements by index (a grain data source, a
+    list, an array)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> Any: ...
 
 
 def range(start: int, stop: int | None = None, step: int = 1) -> Dataset:  # noqa: A001
@@ -39,7 +50,7 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Dataset:  # noq
     return Dataset(range_op.RangeNode(start, stop, step))
 
 
-def from_tensors(element) -> Dataset:
+def from_tensors(element: Any) -> Dataset:
     """A dataset of exactly one element.
 
     Lists are converted to arrays (as tf.data converts them to tensors);
@@ -54,7 +65,7 @@ def from_tensors(element) -> Dataset:
     return Dataset(tensors_op.FromTensorsNode(to_numpy_tree(element, "from_tensors")))
 
 
-def from_tensor_slices(tensors) -> Dataset:
+def from_tensor_slices(tensors: Any) -> Dataset:
     """Slices every leaf along its first dimension: element ``i`` holds row ``i``.
 
     Rows are read-only views of the tensors (nothing is copied).
@@ -69,7 +80,7 @@ def from_tensor_slices(tensors) -> Dataset:
     leaves = _tree.leaves(tensors)
     if not leaves:
         raise ValueError("from_tensor_slices: tensors has no leaves to slice")
-    lengths = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
+    lengths: set[Any] = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
     if None in lengths:
         raise ValueError("from_tensor_slices: every leaf needs rank >= 1 to be sliced; "
                          "use from_tensors for a single element")
@@ -79,7 +90,7 @@ def from_tensor_slices(tensors) -> Dataset:
     return Dataset(slices_op.FromTensorSlicesNode(tensors, lengths.pop()))
 
 
-def _refuse_datasets(tensors, op: str) -> None:
+def _refuse_datasets(tensors: Any, op: str) -> None:
     """A list of datasets is not a tensor: say what does what the user meant."""
     items = tensors.values() if isinstance(tensors, dict) else (
         tensors if isinstance(tensors, (list, tuple)) else (tensors,))
@@ -93,7 +104,7 @@ def _refuse_datasets(tensors, op: str) -> None:
             "ds1.concatenate(ds2)")
 
 
-def from_source(source) -> Dataset:
+def from_source(source: RandomAccessSource) -> Dataset:
     """A dataset over any random-access source (``__len__`` and ``__getitem__``).
 
     Grain data sources, lists and array-like objects qualify. Being random
@@ -114,7 +125,8 @@ def from_source(source) -> Dataset:
     return Dataset(source_op.FromSourceNode(source))
 
 
-def from_generator(fn: Callable, output_signature=None, args=None) -> Dataset:
+def from_generator(fn: Callable[..., Iterable[Any]], output_signature: Any = None,
+                   args: Sequence[Any] | None = None) -> Dataset:
     """Elements from ``fn(*args)``, a callable that returns a fresh iterable each time.
 
     Restoring an iterator from a state *replays* the generator: it calls
@@ -163,7 +175,8 @@ def counter(start: int = 0, step: int = 1) -> Dataset:
     return Dataset(counter_op.CounterNode(start, step))
 
 
-def zip(datasets, *more) -> Dataset:  # noqa: A001
+def zip(datasets: Dataset | Sequence[Dataset] | Mapping[str, Dataset],  # noqa: A001
+        *more: Dataset) -> Dataset:
     """Combines datasets element-wise into tuples (or dicts); stops at the shortest.
 
     >>> import jdata
@@ -173,8 +186,8 @@ def zip(datasets, *more) -> Dataset:  # noqa: A001
     >>> [sorted(e) for e in jdata.zip({"a": jdata.range(1), "b": jdata.range(1)})]
     [['a', 'b']]
     """
-    if more:
-        datasets = (datasets, *more)
+    if more:  # zip(a, b): each one is checked to be a Dataset below
+        datasets = (cast(Dataset, datasets), *more)
     if isinstance(datasets, dict):
         keys, values = tuple(datasets), tuple(datasets.values())
     elif isinstance(datasets, (tuple, list)):
@@ -187,7 +200,7 @@ def zip(datasets, *more) -> Dataset:  # noqa: A001
     return Dataset(zip_op.ZipNode(tuple(d._node for d in values), keys))
 
 
-def choose_from_datasets(datasets, choice_dataset: Dataset,
+def choose_from_datasets(datasets: Sequence[Dataset], choice_dataset: Dataset,
                          stop_on_empty_dataset: bool = True) -> Dataset:
     """Takes each element from ``datasets[c]`` for the next ``c`` of ``choice_dataset``.
 
@@ -216,10 +229,11 @@ def choose_from_datasets(datasets, choice_dataset: Dataset,
         tuple(d._node for d in datasets), choice_dataset._node, stop_on_empty_dataset)))
 
 
-def sample_from_datasets(datasets, weights=None, key=None,
-                         stop_on_empty_dataset: bool = False,
+def sample_from_datasets(datasets: Sequence[Dataset],
+                         weights: Sequence[float] | np.ndarray[Any, Any] | None = None,
+                         key: Key | None = None, stop_on_empty_dataset: bool = False,
                          rerandomize_each_iteration: bool | None = None, *,
-                         seed=None) -> Dataset:
+                         seed: int | None = None) -> Dataset:
     """Samples each element from one of ``datasets`` with probability ``weights[i]``.
 
     Draw ``t`` depends only on ``key``, the epoch and ``t``. When a dataset is
@@ -266,8 +280,8 @@ def sample_from_datasets(datasets, weights=None, key=None,
         key_data, stop_on_empty_dataset, rerandomize)))
 
 
-def random(key=None, rerandomize_each_iteration: bool | None = None, *,
-           seed=None) -> Dataset:
+def random(key: Key | None = None, rerandomize_each_iteration: bool | None = None, *,
+           seed: int | None = None) -> Dataset:
     """An infinite stream of random ``int64`` scalars in ``[0, 2**32)`` (tf.data's
     ``Dataset.random``).
 
@@ -292,20 +306,20 @@ def random(key=None, rerandomize_each_iteration: bool | None = None, *,
                                                                "random")))
 
 
-def _rerandomize(value, op: str) -> bool:
+def _rerandomize(value: bool | None, op: str) -> bool:
     if value is None:
         return False
     check.bool_arg(value, "rerandomize_each_iteration", op)
     return value
 
 
-def _check_datasets(datasets, arg: str, op: str) -> None:
+def _check_datasets(datasets: Iterable[Any], arg: str, op: str) -> None:
     for i, d in enumerate(datasets):
         if not isinstance(d, Dataset):
             raise TypeError(f"{op}: {arg}[{i}]={d!r} is not a jdata.Dataset")
 
 
-def to_numpy_tree(value, op: str):
+def to_numpy_tree(value: Any, op: str) -> Any:
     """Converts a user's tensors to a pytree of NumPy leaves; lists become arrays.
 
     String arrays become object arrays so their rows are plain ``str``/``bytes``.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -19,14 +20,14 @@ class TensorSpec:
     object arrays), like ``tf.string``. A spec is a pytree leaf.
     """
 
-    shape: tuple
-    dtype: np.dtype
+    shape: tuple[int | None, ...]
+    dtype: np.dtype[Any]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"TensorSpec(shape={self.shape}, dtype={self.dtype})"
 
     @property
@@ -34,7 +35,7 @@ class TensorSpec:
         return len(self.shape)
 
 
-def leaf_spec(leaf) -> TensorSpec:
+def leaf_spec(leaf: Any) -> TensorSpec:
     if isinstance(leaf, (bytes, str)):
         return TensorSpec((), STRING)
     arr = np.asarray(leaf)
@@ -42,7 +43,7 @@ def leaf_spec(leaf) -> TensorSpec:
     return TensorSpec(tuple(arr.shape), dtype)
 
 
-def spec_of(element):
+def spec_of(element: Any) -> Any:
     """The spec of one concrete element."""
     return _tree.map(leaf_spec, element)
 
@@ -54,7 +55,7 @@ def _merge_leaf(a: TensorSpec, b: TensorSpec) -> TensorSpec:
     return TensorSpec(shape, a.dtype if a.dtype == b.dtype else np.result_type(a.dtype, b.dtype))
 
 
-def merge(a, b):
+def merge(a: Any, b: Any) -> Any:
     """The most specific spec compatible with both ``a`` and ``b``."""
     if _tree.structure(a) != _tree.structure(b):
         raise ValueError(f"elements have different structures: {a} and {b}; every element "
@@ -62,12 +63,12 @@ def merge(a, b):
     return _tree.map(_merge_leaf, a, b)
 
 
-def batched(spec, batch_size: int | None):
+def batched(spec: Any, batch_size: int | None) -> Any:
     """The spec of a batch of elements of ``spec``."""
     return _tree.map(lambda s: TensorSpec((batch_size, *s.shape), s.dtype), spec)
 
 
-def unbatched(spec):
+def unbatched(spec: Any) -> Any:
     """The spec of one row of a batch of ``spec``; raises for scalars."""
     def row(s: TensorSpec) -> TensorSpec:
         if not s.shape:
@@ -80,10 +81,10 @@ def unbatched(spec):
 class DatasetSpec:
     """The spec of a leaf that is itself a dataset (``window``'s elements)."""
 
-    element_spec: object
+    element_spec: Any
 
 
-def merge_compatible(specs: list, names: list[str], op: str):
+def merge_compatible(specs: list[Any], names: list[str], op: str) -> Any:
     """The merged spec of inputs whose elements must combine; ``TypeError`` if they can't.
 
     As in tf.data (concatenate, choose/sample_from_datasets), structures,

@@ -7,17 +7,20 @@ scalars, ``bytes`` and ``str``. ``None`` is not a valid leaf.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 
-flatten = jax.tree_util.tree_flatten
-unflatten = jax.tree_util.tree_unflatten
-leaves = jax.tree_util.tree_leaves
-structure = jax.tree_util.tree_structure
+# Typed as Any where jaxlib's PyTreeDef has no type stubs.
+flatten: Callable[..., tuple[list[Any], Any]] = jax.tree_util.tree_flatten
+unflatten: Callable[[Any, Any], Any] = jax.tree_util.tree_unflatten
+leaves: Callable[..., list[Any]] = jax.tree_util.tree_leaves
+structure: Callable[..., Any] = jax.tree_util.tree_structure
 
 
-def map(fn, tree, *rest):
+def map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     return jax.tree_util.tree_map(fn, tree, *rest)
 
 
@@ -105,7 +108,7 @@ def batch_size_of(batch, op: str) -> int:
     return sizes.pop()
 
 
-def normalize(element, op: str):
+def normalize(element: Any, op: str) -> Any:
     """Converts a UDF's output leaves to NumPy; rejects what cannot be a leaf."""
     if isinstance(element, (np.ndarray, np.generic, bytes, str)):
         return element

@@ -7,11 +7,20 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from typing import Any, Literal, overload
 
 from jdata._constants import AUTOTUNE
 
 
-def int_arg(value, arg: str, op: str, *, minimum: int | None = None,
+@overload
+def int_arg(value: Any, arg: str, op: str, *, minimum: int | None = None,
+            allow_none: Literal[False] = False) -> int: ...
+@overload
+def int_arg(value: Any, arg: str, op: str, *, minimum: int | None = None,
+            allow_none: bool) -> int | None: ...
+
+
+def int_arg(value: Any, arg: str, op: str, *, minimum: int | None = None,
             allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None

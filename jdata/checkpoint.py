@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 from jdata._extras import require
 
-ocp = require("orbax.checkpoint", "jdata.checkpoint")
-
+require("orbax.checkpoint", "jdata.checkpoint")  # missing: an error naming the extra
+import orbax.checkpoint as ocp  # noqa: E402
 
 from jdata._iterator import DatasetIterator
+
+__all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave"]
 
 
 def _filename() -> str:
@@ -44,7 +47,7 @@ def _filename() -> str:
     return f"process_{jax.process_index()}-of-{jax.process_count()}.json"
 
 
-def _restore_item(args: tuple, kwargs: dict) -> DatasetIterator:
+def _restore_item(args: tuple[Any, ...], kwargs: dict[str, Any]) -> DatasetIterator:
     arg = args[0] if args else kwargs.get("args")
     item = getattr(arg, "item", None)
     if not isinstance(item, DatasetIterator):
@@ -56,7 +59,7 @@ def _restore_item(args: tuple, kwargs: dict) -> DatasetIterator:
 class CheckpointHandler(ocp.CheckpointHandler):
     """Saves and restores a ``jdata.DatasetIterator``'s state, one JSON file per process."""
 
-    def save(self, directory, *args, **kwargs) -> None:
+    def save(self, directory: Path, *args: Any, **kwargs: Any) -> None:
         arg = args[0] if args else kwargs.get("args")
         state = getattr(arg, "state", None)
         if state is None:
@@ -64,7 +67,7 @@ class CheckpointHandler(ocp.CheckpointHandler):
         directory.mkdir(parents=True, exist_ok=True)
         (directory / _filename()).write_text(json.dumps(state))
 
-    def restore(self, directory, *args, **kwargs) -> DatasetIterator:
+    def restore(self, directory: Path, *args: Any, **kwargs: Any) -> DatasetIterator:
         item = _restore_item(args, kwargs)
         path = directory / _filename()
         if not path.exists():
@@ -74,7 +77,7 @@ class CheckpointHandler(ocp.CheckpointHandler):
         item.set_state(json.loads(path.read_text()))
         return item
 
-    def metadata(self, directory) -> Any:
+    def metadata(self, directory: Path) -> Any:
         return None
 
     def close(self) -> None:
@@ -91,9 +94,9 @@ class CheckpointSave(ocp.args.CheckpointArgs):
     """
 
     item: DatasetIterator
-    state: dict = dataclasses.field(init=False, repr=False)
+    state: dict[str, Any] = dataclasses.field(init=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.item, DatasetIterator):
             raise TypeError("jdata.checkpoint: CheckpointSave(item) needs a jdata iterator "
                             f"(ds.iterator()), not {self.item!r}")

@@ -25,13 +25,22 @@
 - ``IteratorClosedError``: ``next()`` on an iterator after its ``close()`` (a
   ``ValueError``).
 - ``UnpicklableJobError``: a job cannot be pickled for worker processes (a ``TypeError``).
+- ``MissingExtraError``: a feature needs an optional dependency that is not installed (an
+  ``ImportError`` naming the extra to install).
+- ``OptionsFrozenError``: an assignment to a ``jdata.Options`` field (a
+  ``dataclasses.FrozenInstanceError`` that says how to set it).
 - ``JournalError``: a service journal that is not one, is damaged, is of another version
-  or does not replay (a ``ValueError``; loaded on first use: it lives with the journal).
+  or does not replay (a ``ValueError``).
+
+Every public exception class of jdata is here (``jdata.errors.__all__``).
 """
 
 from jdata._errors import DataError as DataError
 from jdata._errors import ElementError as ElementError
 from jdata._errors import IteratorClosedError as IteratorClosedError
+from jdata._errors import JournalError as JournalError
+from jdata._errors import MissingExtraError as MissingExtraError
+from jdata._errors import OptionsFrozenError as OptionsFrozenError
 from jdata._errors import ServiceConnectionError as ServiceConnectionError
 from jdata._errors import ServiceError as ServiceError
 from jdata._errors import ServiceNotFoundError as ServiceNotFoundError
@@ -39,25 +48,16 @@ from jdata._errors import ServiceStartError as ServiceStartError
 from jdata._errors import ServiceStoppedError as ServiceStoppedError
 from jdata._errors import ServiceUnavailableError as ServiceUnavailableError
 from jdata._errors import ServiceVersionError as ServiceVersionError
+from jdata._errors import SharedMemoryError as SharedMemoryError
 from jdata._errors import UDFError as UDFError
+from jdata._errors import UnpicklableJobError as UnpicklableJobError
 from jdata._errors import WorkDirInUseError as WorkDirInUseError
+from jdata._errors import WorkerError as WorkerError
 from jdata._errors import WorkerImportError as WorkerImportError
-from jdata.runtime.outcomes import UnpicklableJobError as UnpicklableJobError
-from jdata.runtime.outcomes import WorkerError as WorkerError
-from jdata.runtime.segments import SharedMemoryError as SharedMemoryError
 
-__all__ = ["DataError", "ElementError", "IteratorClosedError", "JournalError",  # noqa: F822
-           "ServiceConnectionError", "ServiceError", "ServiceNotFoundError", "ServiceStartError",
-           "ServiceStoppedError", "ServiceUnavailableError", "ServiceVersionError",
-           "SharedMemoryError", "UDFError", "UnpicklableJobError", "WorkDirInUseError",
-           "WorkerError", "WorkerImportError"]
+__all__ = ["DataError", "ElementError", "IteratorClosedError", "JournalError",
+           "MissingExtraError", "OptionsFrozenError", "ServiceConnectionError", "ServiceError",
+           "ServiceNotFoundError", "ServiceStartError", "ServiceStoppedError",
+           "ServiceUnavailableError", "ServiceVersionError", "SharedMemoryError", "UDFError",
+           "UnpicklableJobError", "WorkDirInUseError", "WorkerError", "WorkerImportError"]
 
-
-def __getattr__(name: str):
-    # The journal's module brings the service's state machine and sqlite3: ``import jdata``
-    # stays light, and ``JournalError`` is that module's own class when asked for.
-    if name == "JournalError":
-        from jdata.service.journal import JournalError
-
-        return JournalError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,6 +7,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jdata._dataset import Dataset
+
+__all__ = ["per_host_batch_size", "shard_for_this_host"]
+
 
 def per_host_batch_size(global_batch_size: int, num_processes: int | None = None) -> int:
     """The batch each host reads so that the hosts' batches make ``global_batch_size``.
@@ -30,7 +37,7 @@ def per_host_batch_size(global_batch_size: int, num_processes: int | None = None
     return global_batch_size // num_processes
 
 
-def shard_for_this_host(ds):
+def shard_for_this_host(ds: Dataset) -> Dataset:
     """``ds.shard(jax.process_count(), jax.process_index())``: this host's disjoint part."""
     import jax
 

@@ -19,11 +19,14 @@ that are corrupt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from jdata import _validate
 from jdata._dataset import Dataset
 from jdata._sources import from_tensor_slices
+from jdata._types import Key, Path, Paths
 from jdata.io import _paths
 from jdata.io import array_record as _array_record
 from jdata.io import parquet as _parquet
@@ -38,8 +41,14 @@ from jdata.io.example import parse_single_example as parse_single_example
 from jdata.io.example import parse_single_sequence_example as parse_single_sequence_example
 from jdata.io.records import write_tfrecord as write_tfrecord
 
+__all__ = ["FixedLenFeature", "FixedLenSequenceFeature", "SparseTensor", "VarLenFeature",
+           "from_array_record", "from_parquet", "from_text_lines", "from_tfrecord",
+           "list_files", "load", "parquet_row_groups", "parse_example",
+           "parse_sequence_example", "parse_single_example", "parse_single_sequence_example",
+           "write_tfrecord"]
 
-def from_array_record(paths) -> Dataset:
+
+def from_array_record(paths: Paths) -> Dataset:
     """The records (``bytes``) of ArrayRecord files, in order, with random access.
 
     Files written by the ``array-record`` package or grain work. Being random
@@ -56,7 +65,7 @@ def from_array_record(paths) -> Dataset:
     return Dataset(_array_record.ArrayRecordNode(files, _array_record.record_counts(files)))
 
 
-def _compression(compression_type, op: str) -> str:
+def _compression(compression_type: str | None, op: str) -> str:
     value = (compression_type or "").upper()
     if value not in _records.COMPRESSIONS:
         raise ValueError(f"{op}: compression_type={compression_type!r}; jdata reads None "
@@ -64,7 +73,7 @@ def _compression(compression_type, op: str) -> str:
     return value
 
 
-def from_tfrecord(paths, compression_type: str | None = None) -> Dataset:
+def from_tfrecord(paths: Paths, compression_type: str | None = None) -> Dataset:
     """The records (``bytes``) of TFRecord files, in order; TensorFlow is not needed.
 
     Each record's checksums are verified: a corrupt or truncated record raises
@@ -84,7 +93,7 @@ def from_tfrecord(paths, compression_type: str | None = None) -> Dataset:
     return Dataset(_records.TFRecordNode(files, _compression(compression_type, op)))
 
 
-def from_text_lines(paths, compression_type: str | None = None) -> Dataset:
+def from_text_lines(paths: Paths, compression_type: str | None = None) -> Dataset:
     """The lines (``bytes``, without ``\\n`` or ``\\r\\n``) of text files, in order, as
     ``tf.data.TextLineDataset`` gives them. The state is the file and byte offset."""
     op = "from_text_lines"
@@ -92,7 +101,9 @@ def from_text_lines(paths, compression_type: str | None = None) -> Dataset:
                                           _compression(compression_type, op)))
 
 
-def from_parquet(paths, columns=None, row_groups=None, batch_size: int | None = None) -> Dataset:
+def from_parquet(paths: Paths, columns: Sequence[str] | None = None,
+                 row_groups: int | Sequence[int] | None = None,
+                 batch_size: int | None = None) -> Dataset:
     """The rows of Parquet files as dicts ``{column: value}``, with random access.
 
     Only ``columns`` (a list of names; all if ``None``) are read from storage
@@ -126,7 +137,7 @@ def from_parquet(paths, columns=None, row_groups=None, batch_size: int | None = 
     return Dataset(_parquet.ParquetNode(files, columns, groups, batch_size))
 
 
-def parquet_row_groups(paths) -> Dataset:
+def parquet_row_groups(paths: Paths) -> Dataset:
     """``(path, row group index)`` of every row group of the files, in order: the splits to
     shard or hand out by row group (see ``from_parquet``)."""
     files = _paths.expand(paths, "parquet_row_groups")
@@ -135,7 +146,7 @@ def parquet_row_groups(paths) -> Dataset:
                                                                   np.int64)))
 
 
-def load(path) -> Dataset:
+def load(path: Path) -> Dataset:
     """The elements a ``Dataset.save(path)`` wrote, in order, with random access.
 
     Reads the directory's ArrayRecord shards and rebuilds each element
@@ -157,7 +168,7 @@ def load(path) -> Dataset:
     return Dataset(load_op.node(path, metadata))
 
 
-def list_files(pattern, key=None) -> Dataset:
+def list_files(pattern: Paths, key: Key | None = None) -> Dataset:
     """The files matching ``pattern`` (a glob, or a list of globs), as ``str`` paths.
 
     Sorted, or in an order drawn from ``key`` (a full shuffle, a new order each

@@ -10,9 +10,12 @@ step) and the fix.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:  # _example_parse needs protobuf, imported when a parse runs
+    from jdata.io._example_parse import Column
 
 NUMPY_DTYPES = {"int64": np.int64, "float32": np.float32, "string": object}
 PADDING = {"int64": 0, "float32": 0.0, "string": b""}
@@ -28,19 +31,20 @@ class SparseTensor(NamedTuple):
     record index is dropped.
     """
 
-    indices: np.ndarray
-    values: np.ndarray
-    dense_shape: np.ndarray
+    indices: np.ndarray[Any, Any]
+    values: np.ndarray[Any, Any]
+    dense_shape: np.ndarray[Any, Any]
 
 
-def _rows_array(batch: int, shape: tuple, dtype: str, fill) -> np.ndarray:
+def _rows_array(batch: int, shape: tuple[int, ...], dtype: str,
+                fill: Any) -> np.ndarray[Any, Any]:
     out = np.empty((batch, *shape), NUMPY_DTYPES[dtype])
     out[...] = fill
     return out
 
 
-def dense(column, batch: int, shape: tuple, dtype: str, default, key: str,
-          op: str) -> np.ndarray:
+def dense(column: Column, batch: int, shape: tuple[int, ...], dtype: str, default: Any,
+          key: str, op: str) -> np.ndarray[Any, Any]:
     """A ``FixedLenFeature``: ``[batch, *shape]``, ``default`` where a record lacks it."""
     size = math.prod(shape)
     wrong = np.flatnonzero(column.counts != size)
@@ -64,8 +68,8 @@ def dense(column, batch: int, shape: tuple, dtype: str, default, key: str,
     return out
 
 
-def padded(column, batch: int, shape: tuple, dtype: str, pad, key: str,
-           op: str) -> np.ndarray:
+def padded(column: Column, batch: int, shape: tuple[int, ...], dtype: str, pad: Any,
+           key: str, op: str) -> np.ndarray[Any, Any]:
     """A ``FixedLenSequenceFeature`` of an Example: ``[batch, longest, *shape]``, each
     record's values cut into elements of ``shape``, the shorter ones padded with ``pad``."""
     size = math.prod(shape)
@@ -79,7 +83,9 @@ def padded(column, batch: int, shape: tuple, dtype: str, pad, key: str,
     return _scatter_steps(column.rows, lengths, column.values, batch, shape, dtype, pad)
 
 
-def _scatter_steps(rows, lengths, values, batch: int, shape: tuple, dtype: str, pad):
+def _scatter_steps(rows: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any],
+                   values: np.ndarray[Any, Any], batch: int, shape: tuple[int, ...], dtype: str,
+                   pad: Any) -> np.ndarray[Any, Any]:
     out = _rows_array(batch, (int(lengths.max(initial=0)), *shape), dtype,
                       PADDING[dtype] if pad is None else pad)
     steps = positions(lengths)
@@ -87,14 +93,17 @@ def _scatter_steps(rows, lengths, values, batch: int, shape: tuple, dtype: str, 
     return out
 
 
-def positions(counts: np.ndarray) -> np.ndarray:
+def positions(counts: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """0, 1, ..., counts[0] - 1, 0, 1, ..., counts[1] - 1, ..."""
     starts = np.cumsum(counts) - counts
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+    out: np.ndarray[Any, Any] = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(
+        starts, counts)
+    return out
 
 
-def stepped(lists, column, batch: int, shape: tuple, dtype: str, allow_missing: bool,
-            key: str, op: str):
+def stepped(lists: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]], column: Column,
+            batch: int, shape: tuple[int, ...], dtype: str, allow_missing: bool, key: str,
+            op: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """A ``FixedLenSequenceFeature`` of feature lists: ``([batch, longest, *shape],
     lengths)``. ``lists`` is ``(rows, steps)``: the records holding the list and their
     numbers of steps; ``column``'s entries are the steps, in order."""
@@ -119,7 +128,8 @@ def stepped(lists, column, batch: int, shape: tuple, dtype: str, allow_missing: 
     return _scatter_steps(rows, steps, column.values, batch, shape, dtype, None), lengths
 
 
-def sparse(column, batch: int, lists=None) -> SparseTensor:
+def sparse(column: Column, batch: int,
+           lists: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None) -> SparseTensor:
     """A ``VarLenFeature``: indices ``[record, position]``, or for feature lists (``lists``
     as in ``stepped``) ``[record, step, position]``."""
     counts = column.counts
@@ -137,7 +147,7 @@ def sparse(column, batch: int, lists=None) -> SparseTensor:
     return SparseTensor(indices, column.values, dense_shape)
 
 
-def first(value):
+def first(value: Any) -> Any:
     """One record's output from its batch of one: the record dimension dropped."""
     if isinstance(value, SparseTensor):
         return SparseTensor(np.ascontiguousarray(value.indices[:, 1:]), value.values,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,7 +24,7 @@ _DTYPE_HELP = ("use np.int64, np.float32 or bytes (TensorFlow's tf.int64, tf.flo
                "tf.string), the only types a tf.train.Feature holds")
 
 
-def _dtype(dtype, spec: str) -> str:
+def _dtype(dtype: Any, spec: str) -> str:
     if dtype is str:
         raise TypeError(f"{spec}: dtype=str: string features hold bytes, which are not "
                         "always UTF-8 text; use dtype=bytes (and .decode() what is text)")
@@ -37,7 +39,7 @@ def _dtype(dtype, spec: str) -> str:
     return name
 
 
-def _shape(shape, spec: str) -> tuple:
+def _shape(shape: Any, spec: str) -> tuple[int, ...]:
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (shape,)  # as TF reads FixedLenFeature(3, ...)
     if not isinstance(shape, (list, tuple)):
@@ -56,7 +58,7 @@ def _shape(shape, spec: str) -> tuple:
     return tuple(int(size) for size in shape)
 
 
-def _values(value, dtype: str, spec: str) -> np.ndarray:
+def _values(value: Any, dtype: str, spec: str) -> np.ndarray[Any, Any]:
     """``value`` (a value, or nested lists of them) as an array of ``dtype``."""
     if dtype == "string":
         found = np.array(value, dtype=object)
@@ -77,7 +79,7 @@ def _values(value, dtype: str, spec: str) -> np.ndarray:
     return found.astype(NUMPY_DTYPES[dtype])
 
 
-def _frozen(value):
+def _frozen(value: Any) -> Any:
     """Nested lists as nested tuples: a spec stays hashable and compares by value."""
     return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
@@ -98,11 +100,15 @@ class FixedLenFeature:
       default_value: the value of records that lack the feature.
     """
 
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     default_value: object = None
 
-    def __post_init__(self):
+    if TYPE_CHECKING:  # what the constructor takes; the fields hold it normalized
+        def __init__(self, shape: int | Sequence[int], dtype: Any,
+                     default_value: object = None) -> None: ...
+
+    def __post_init__(self) -> None:
         spec = type(self).__name__
         shape, dtype = _shape(self.shape, spec), _dtype(self.dtype, spec)
         object.__setattr__(self, "shape", shape)
@@ -124,7 +130,10 @@ class VarLenFeature:
 
     dtype: str
 
-    def __post_init__(self):
+    if TYPE_CHECKING:  # what the constructor takes; the field holds its name
+        def __init__(self, dtype: Any) -> None: ...
+
+    def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", _dtype(self.dtype, type(self).__name__))
 
 
@@ -145,12 +154,16 @@ class FixedLenSequenceFeature:
       default_value: one value, the padding of ``parse_example``.
     """
 
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     allow_missing: bool = False
     default_value: object = None
 
-    def __post_init__(self):
+    if TYPE_CHECKING:  # what the constructor takes; the fields hold it normalized
+        def __init__(self, shape: int | Sequence[int], dtype: Any, allow_missing: bool = False,
+                     default_value: object = None) -> None: ...
+
+    def __post_init__(self) -> None:
         spec = type(self).__name__
         shape, dtype = _shape(self.shape, spec), _dtype(self.dtype, spec)
         if math.prod(shape) == 0:

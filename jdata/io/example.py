@@ -8,6 +8,10 @@ the ``protobuf`` package (``pip install 'jdata-jax[io]'``), imported on first us
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any, TypeAlias
+
 import numpy as np
 
 from jdata._extras import require
@@ -17,8 +21,16 @@ from jdata.io._example_specs import FixedLenFeature as FixedLenFeature
 from jdata.io._example_specs import FixedLenSequenceFeature as FixedLenSequenceFeature
 from jdata.io._example_specs import VarLenFeature as VarLenFeature
 
+__all__ = ["FixedLenFeature", "FixedLenSequenceFeature", "SparseTensor", "VarLenFeature",
+           "parse_example", "parse_sequence_example", "parse_single_example",
+           "parse_single_sequence_example"]
 
-def parse_example(serialized, features: dict) -> dict:
+# One record, or a batch: a list or 1-D NumPy object array of records.
+Serialized: TypeAlias = bytes | Sequence[bytes] | np.ndarray[Any, Any]
+Feature: TypeAlias = FixedLenFeature | VarLenFeature | FixedLenSequenceFeature
+
+
+def parse_example(serialized: Serialized, features: Mapping[str, Feature]) -> dict[str, Any]:
     """Parses serialized ``tf.train.Example`` records, as ``tf.io.parse_example``.
 
     One record (``bytes``) gives each feature's value for that record; a batch
@@ -51,7 +63,7 @@ def parse_example(serialized, features: dict) -> dict:
     """
     op = "parse_example"
     if isinstance(serialized, bytes):
-        parsed = _parser(op, single=True).parse(serialized, features)
+        parsed: dict[str, Any] | None = _parser(op, single=True).parse(serialized, features)
         if parsed is not None:
             return parsed
     records, single = _records(serialized, op)
@@ -68,7 +80,8 @@ def parse_example(serialized, features: dict) -> dict:
     return {key: _outputs.first(value) for key, value in parsed.items()} if single else parsed
 
 
-def parse_single_example(serialized: bytes, features: dict) -> dict:
+def parse_single_example(serialized: bytes,
+                         features: Mapping[str, Feature]) -> dict[str, Any]:
     """``parse_example`` of one record, as ``tf.io.parse_single_example``: outputs have no
     batch dimension. One record takes a fast path (about 3x the per-record cost of a
     batch of 256, where a batch of one costs about 30x): parse batches where you can."""
@@ -76,8 +89,10 @@ def parse_single_example(serialized: bytes, features: dict) -> dict:
     return parse_example(serialized, features)
 
 
-def parse_sequence_example(serialized, context_features: dict | None = None,
-                           sequence_features: dict | None = None) -> tuple:
+def parse_sequence_example(
+        serialized: Serialized, context_features: Mapping[str, Feature] | None = None,
+        sequence_features: Mapping[str, Feature] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Parses serialized ``tf.train.SequenceExample`` records, as
     ``tf.io.parse_sequence_example``.
 
@@ -137,8 +152,10 @@ def parse_sequence_example(serialized, context_features: dict | None = None,
     return context, lists, lengths
 
 
-def parse_single_sequence_example(serialized: bytes, context_features: dict | None = None,
-                                  sequence_features: dict | None = None) -> tuple:
+def parse_single_sequence_example(
+        serialized: bytes, context_features: Mapping[str, Feature] | None = None,
+        sequence_features: Mapping[str, Feature] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(context, feature_lists)`` of one record, as
     ``tf.io.parse_single_sequence_example`` (see ``parse_sequence_example``)."""
     _single(serialized, "parse_single_sequence_example")
@@ -146,7 +163,7 @@ def parse_single_sequence_example(serialized: bytes, context_features: dict | No
     return context, lists
 
 
-def _parser(op: str, single: bool = False):
+def _parser(op: str, single: bool = False) -> ModuleType:
     """The protobuf half of parsing: batched, or the fast path of one record (``single``)."""
     require("google.protobuf.message", op)
     if single:
@@ -158,7 +175,7 @@ def _parser(op: str, single: bool = False):
     return _example_parse
 
 
-def _records(serialized, op: str) -> tuple[list, bool]:
+def _records(serialized: Any, op: str) -> tuple[list[bytes], bool]:
     """``(records, whether serialized is one record)``."""
     if isinstance(serialized, np.ndarray):
         if serialized.ndim > 1:
@@ -182,7 +199,7 @@ def _records(serialized, op: str) -> tuple[list, bool]:
     return records, False
 
 
-def _single(serialized, op: str) -> None:
+def _single(serialized: Any, op: str) -> None:
     if not isinstance(serialized, bytes) and not (isinstance(serialized, np.ndarray)
                                                   and serialized.ndim == 0):
         raise ValueError(f"{op}: serialized must be one record (bytes), not a "
@@ -190,9 +207,10 @@ def _single(serialized, op: str) -> None:
                          f"{op.replace('_single', '')}")
 
 
-def _features(features, arg: str, op: str, kinds: tuple) -> dict:
+def _features(features: Any, arg: str, op: str,
+              kinds: tuple[type, ...]) -> Mapping[str, Any]:
     names = " or ".join(f"jdata.io.{kind.__name__}" for kind in kinds)
-    if not isinstance(features, dict):
+    if not isinstance(features, Mapping):
         raise TypeError(f"{op}: {arg}={features!r} must be a dict {{key: {names}}}")
     if not features:
         raise ValueError(f"{op}: {arg} is empty; name at least one feature")
@@ -204,8 +222,9 @@ def _features(features, arg: str, op: str, kinds: tuple) -> dict:
     return features
 
 
-def _parse_features(parse, entries: dict, batch: int, features: dict, op: str) -> dict:
-    out = {}
+def _parse_features(parse: ModuleType, entries: dict[bytes, Any], batch: int,
+                    features: Mapping[str, Any], op: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for key, spec in features.items():
         rows, found = entries[key.encode()]
         column = parse.values(found, rows, parse.KINDS[spec.dtype],
@@ -223,13 +242,16 @@ def _parse_features(parse, entries: dict, batch: int, features: dict, op: str) -
     return out
 
 
-def _parse_lists(parse, entries: dict, batch: int, features: dict, op: str) -> tuple:
-    lists, lengths = {}, {}
+def _parse_lists(parse: ModuleType, entries: dict[bytes, Any], batch: int,
+                 features: Mapping[str, Any], op: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    lists: dict[str, Any] = {}
+    lengths: dict[str, Any] = {}
     for key, spec in features.items():
         rows, steps, found = entries[key.encode()]
         records = np.repeat(rows, steps)
 
-        def where(i, key=key, records=records, steps=steps):  # only worded for an error
+        def where(i: int, key: str = key, records: Any = records,
+                  steps: Any = steps) -> str:  # only worded for an error
             return (f"{op}: step {_outputs.positions(steps)[i]} of feature list {key!r} of "
                     f"record {records[i]}")
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import ClassVar
+from collections.abc import Iterable
+from typing import Callable, ClassVar
 
 from jdata import _planner
 from jdata._errors import DataError
@@ -174,7 +175,7 @@ _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 
 
-def checksums():
+def checksums() -> Callable[[bytes], int]:
     """``google_crc32c.value``, the CRC-32C of TFRecord checksums."""
     return require("google_crc32c", "TFRecord files (their checksums)").value
 
@@ -228,7 +229,7 @@ def _truncated(length: int) -> Corrupt:
                    "length is corrupt)", True)
 
 
-def write_tfrecord(path: str, records) -> int:
+def write_tfrecord(path: str, records: Iterable[bytes]) -> int:
     """Writes ``records`` (``bytes`` each) as a TFRecord file that TensorFlow reads; returns
     how many. Local paths only."""
     crc32c = checksums()

@@ -52,11 +52,11 @@ def decode_rgb(data, op: str = "decode_jpeg") -> np.ndarray:
 
 
 class DecodeJpeg(ImageUDF):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("decode_jpeg", "decode_jpeg")
         pil("jdata.ops.image.decode_jpeg")  # fail where the pipeline is built
 
-    def __call__(self, data) -> np.ndarray:
+    def __call__(self, data: bytes) -> np.ndarray:
         return decode_rgb(data)
 
 
@@ -100,7 +100,7 @@ class Resize(ImageUDF):
         out = cv2().resize(image, (width, height), interpolation=cv2().INTER_LINEAR)
         return out.reshape(height, width, *image.shape[2:])  # OpenCV drops a last axis of 1
 
-    def __call__(self, image) -> np.ndarray:
+    def __call__(self, image: np.ndarray) -> np.ndarray:
         image = checked_image(image, "resize")
         height, width = self.target(*image.shape[:2])
         if (height, width) == image.shape[:2]:
@@ -133,7 +133,7 @@ class ToFloat(ImageUDF):
         super().__init__("to_float", f"to_float({scale!r})")
         self.scale = np.float32(scale)
 
-    def __call__(self, x):
+    def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.multiply(x, self.scale, dtype=np.float32)
 
 
@@ -152,7 +152,7 @@ class Normalize(ImageUDF):
         self._mean = tuple(mean.reshape(-1).tolist())
         self._scale = tuple((1 / std.reshape(-1).astype(np.float64)).astype(np.float32).tolist())
 
-    def __call__(self, x):
+    def __call__(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
         channels = len(self._mean)
         if channels == 1:  # nothing to broadcast over a last axis
@@ -204,7 +204,7 @@ class Crop(ImageUDF):
 
 
 class CenterCrop(Crop):
-    def __call__(self, x):
+    def __call__(self, x: np.ndarray) -> np.ndarray:
         top, left = self.window(*np.shape(x)[:2])
         return x[top:top + self.height, left:left + self.width]
 
@@ -224,14 +224,14 @@ def key_words(key) -> tuple[int, int]:
 
 
 class RandomFlip(ImageUDF):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("random_flip", "random_flip")
 
     @staticmethod
     def flips(key) -> bool:
         return bool(key_words(key)[0] >> 31)
 
-    def __call__(self, x, key):
+    def __call__(self, x: np.ndarray, key: np.ndarray) -> np.ndarray:
         return x[:, ::-1] if self.flips(key) else x
 
 

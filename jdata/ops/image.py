@@ -67,20 +67,35 @@ processes, and printed in plans as built (``resize(short_side=256)``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, TypeAlias, TypeVar
+
 import numpy as np
 
 from jdata import _validate as check
-from jdata._declare import declare, unwrapped
+from jdata._declare import Declared, declare, unwrapped
 from jdata.ops import _image_udfs as udfs
 
+__all__ = ["center_crop", "decode_jpeg", "normalize", "random_crop", "random_flip", "resize",
+           "to_float"]
 
-def decode_jpeg():
+_C = TypeVar("_C", bound=udfs.Crop)
+# An image (``(height, width[, channels])``) or a batch of them.
+_Array: TypeAlias = np.ndarray[Any, Any]
+# A UDF of ``map``: image -> image.
+ImageFn: TypeAlias = Declared[[_Array], _Array]
+# A UDF of ``random_map``: (image, the element's ``uint32[2]`` key) -> image.
+RandomImageFn: TypeAlias = Declared[[_Array, _Array], _Array]
+
+
+def decode_jpeg() -> Declared[[bytes], _Array]:
     """``bytes`` -> ``uint8`` RGB array: libjpeg-turbo through simplejpeg, or PIL for what
     simplejpeg does not read (CMYK, other formats). ``pip install 'jdata-jax[image]'``."""
     return declare(udfs.DecodeJpeg())
 
 
-def resize(short_side: int | None = None, size=None, antialias: bool = False):
+def resize(short_side: int | None = None, size: Sequence[int] | None = None,
+           antialias: bool = False) -> ImageFn:
     """Bilinear resize to ``short_side`` or to ``size``: ``uint8`` -> ``uint8``.
 
     Args:
@@ -103,22 +118,25 @@ def resize(short_side: int | None = None, size=None, antialias: bool = False):
         raise ValueError(f"resize: give exactly one of short_side and size (got "
                          f"short_side={short_side!r}, size={size!r}), e.g. "
                          "resize(short_side=256) or resize(size=(224, 224))")
+    pair = None
     if short_side is not None:
         short_side = check.int_arg(short_side, "short_side", "resize", minimum=1)
-    else:
+    elif size is not None:
         if isinstance(size, (str, bytes)) or not hasattr(size, "__len__") or len(size) != 2:
             raise TypeError(f"resize: size={size!r} must be a (height, width) pair, "
                             "e.g. size=(224, 224)")
-        size = tuple(check.int_arg(s, "size", "resize", minimum=1) for s in size)
-    return declare(udfs.Resize(short_side, size, check.bool_arg(antialias, "antialias", "resize")))
+        height, width = (check.int_arg(s, "size", "resize", minimum=1) for s in size)
+        pair = (height, width)
+    return declare(udfs.Resize(short_side, pair, check.bool_arg(antialias, "antialias", "resize")))
 
 
-def to_float(scale: float = 1 / 255):
+def to_float(scale: float = 1 / 255) -> ImageFn:
     """``x * scale`` as ``float32`` (pointwise)."""
     return declare(udfs.ToFloat(scale), pointwise=True)
 
 
-def mean_std(mean, std, op: str) -> tuple[np.ndarray, np.ndarray]:
+def mean_std(mean: float | Sequence[float] | _Array, std: float | Sequence[float] | _Array,
+             op: str) -> tuple[_Array, _Array]:
     """``(mean, std)`` as ``float32`` arrays of one value or one per channel, checked."""
     arrays = []
     for name, value in (("mean", mean), ("std", std)):
@@ -138,7 +156,8 @@ def mean_std(mean, std, op: str) -> tuple[np.ndarray, np.ndarray]:
     return mean.astype(np.float32), std.astype(np.float32)
 
 
-def normalize(mean, std):
+def normalize(mean: float | Sequence[float] | _Array,
+              std: float | Sequence[float] | _Array) -> ImageFn:
     """``(x - mean) / std`` per channel, as ``float32`` (pointwise), on an image or a batch.
 
     ``mean`` and ``std`` are numbers or one per channel (the last axis).
@@ -146,28 +165,28 @@ def normalize(mean, std):
     return declare(udfs.Normalize(*mean_std(mean, std, "normalize")), pointwise=True)
 
 
-def _crop(kind: type, name: str, height: int, width: int) -> udfs.Crop:
+def _crop(kind: type[_C], name: str, height: int, width: int) -> _C:
     return kind(name, check.int_arg(height, "height", name, minimum=1),
                 check.int_arg(width, "width", name, minimum=1))
 
 
-def center_crop(height: int, width: int):
+def center_crop(height: int, width: int) -> ImageFn:
     """The central ``height x width`` window (a selection)."""
     return declare(_crop(udfs.CenterCrop, "center_crop", height, width), selection=True)
 
 
-def random_crop(height: int, width: int):
+def random_crop(height: int, width: int) -> RandomImageFn:
     """A ``height x width`` window at a place drawn from the element's key (``random_map``)."""
     return declare(_crop(udfs.RandomCrop, "random_crop", height, width), selection=True)
 
 
-def random_flip():
+def random_flip() -> RandomImageFn:
     """Mirrors left-right with probability 1/2, drawn from the element's key (``random_map``):
     its first word's top bit."""
     return declare(udfs.RandomFlip(), selection=True)
 
 
-def fused(inner, outer, outer_random: bool) -> udfs.DecodeResized | None:
+def fused(inner: Any, outer: Any, outer_random: bool) -> udfs.DecodeResized | None:
     """The UDF running the map ``inner`` then ``outer`` (a ``random_map``'s if
     ``outer_random``) as one chain, where ``decode_resize_fusion`` fuses them, else
     ``None``: ``decode_jpeg`` then ``resize``, then a crop, then ``random_flip``."""

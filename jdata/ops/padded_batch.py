@@ -58,7 +58,7 @@ class PaddedBatchNode(Node):
                            self.batch_size if self.drop_remainder else None)
 
 
-def normalize_shapes(padded_shapes):
+def normalize_shapes(padded_shapes: Any) -> Any:
     """Validates ``padded_shapes`` and converts its dimensions to Python ints or ``None``.
 
     Containers keep their types (see ``PaddedBatchNode``); ``-1`` and ``None``

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from jdata._options import Options
 from jdata.runtime import memory
+
+if TYPE_CHECKING:
+    from jdata.runtime.autotune import Autotuner
 
 
 @dataclasses.dataclass
@@ -17,7 +21,7 @@ class Context:
     """
 
     options: Options = dataclasses.field(default_factory=Options)
-    _tuner: object = None
+    _tuner: Autotuner | None = None
     # The dataset's optimized plan, under which worker processes are parked for its
     # later iterators (jdata.runtime.persistent); None (a worker's context): never.
     pool_home: object = None
@@ -29,7 +33,7 @@ class Context:
         # The pipeline's ram_budget counts for the whole process while it lives.
         self._claim = memory.Claim(self.options.ram_budget)
 
-    def autotuner(self):
+    def autotuner(self) -> Autotuner:
         if self._tuner is None:
             from jdata.runtime import autotune, executors
 

@@ -18,21 +18,8 @@ from typing import Any, Callable
 import cloudpickle
 
 from jdata._errors import UDFError
-
-
-class WorkerError(RuntimeError):
-    """A worker process died or could not start: the iterator cannot go on.
-
-    ``computing`` is true on the error of the work a worker died computing
-    (not on that of work queued behind it).
-    """
-
-    computing = False
-
-
-class UnpicklableJobError(TypeError):
-    """The job (a UDF, or a subtree's reader factory) cannot be pickled for worker
-    processes: ``engine="auto"`` keeps such work on threads."""
+from jdata._errors import UnpicklableJobError as UnpicklableJobError
+from jdata._errors import WorkerError as WorkerError
 
 
 class Outcome:

@@ -33,16 +33,12 @@ import os
 import secrets
 import tempfile
 
-from jdata.runtime.outcomes import WorkerError
+from jdata._errors import SharedMemoryError as SharedMemoryError
 
 SEGMENT_PREFIX = "jdata_"
 SEGMENT_DIR = os.environ.get("JDATA_SHM_DIR") or (
     "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
 _MB = float(1 << 20)
-
-
-class SharedMemoryError(WorkerError):
-    """The shared-memory directory has no room for a segment the process engine needs."""
 
 
 _session: tuple[int, str] | None = None

@@ -28,6 +28,8 @@ import shutil
 import tempfile
 import time
 import warnings
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Self
 
 from jdata import errors as _errors
 from jdata._constants import AUTOTUNE
@@ -42,6 +44,9 @@ from jdata.service._status import ServiceStatus as ServiceStatus
 from jdata.service._status import WorkerStatus as WorkerStatus
 from jdata.service.client import ServiceRef
 from jdata.service.dispatcher import NAME as _DISPATCHER
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # A client silent for this long (no lease, no heartbeat) loses its leases.
 CLIENT_TIMEOUT_SEC = 60.0
@@ -59,8 +64,9 @@ class Service:
     """A running service: pass it to ``Dataset.distribute``. A context manager, which
     stops the service on exit if it started it (see ``stop``)."""
 
-    def __init__(self, dispatcher, ref: ServiceRef, owned: bool, temp_dir: str | None = None,
-                 *, started: bool = False, embedded: bool = False):
+    def __init__(self, dispatcher: Any, ref: ServiceRef, owned: bool,
+                 temp_dir: str | None = None, *, started: bool = False,
+                 embedded: bool = False) -> None:
         self._dispatcher = dispatcher
         self.ref = ref
         self._owned = owned  # this process's Ray connection was made for this Service
@@ -70,7 +76,8 @@ class Service:
 
     def status(self) -> ServiceStatus:
         """The dispatcher, each worker (pid, node, reads, rates) and each job."""
-        return _ray.ray_module().get(self._dispatcher.status.remote())
+        status: ServiceStatus = _ray.ray_module().get(self._dispatcher.status.remote())
+        return status
 
     def scale(self, num_workers: int, *, timeout: float = 60.0) -> None:
         """Sets a fixed number of workers (a removed worker's leases are read elsewhere),
@@ -84,7 +91,7 @@ class Service:
         if num_workers != AUTOTUNE:
             _wait_for_workers(self._dispatcher, num_workers, "scale", timeout)
 
-    def plot_scaling(self, path: str | None = None):
+    def plot_scaling(self, path: str | None = None) -> Figure:
         """The autoscaler's decisions as a figure (``pip install 'jdata-jax[plot]'``): the
         worker count and the consumers' batch time over time, a marker per decision.
         Saved to ``path`` when given; returns the matplotlib ``Figure``."""
@@ -99,6 +106,7 @@ class Service:
         decisions = scaling.decisions
         t0 = decisions[0].time if decisions else 0.0
         times = [d.time - t0 for d in decisions]
+        fig: Figure
         fig, workers_ax = plt.subplots(figsize=(8, 4))
         workers_ax.step(times, [d.target for d in decisions], where="post", color="C0",
                         label="workers decided")
@@ -153,14 +161,14 @@ class Service:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._close(self._started)  # a joined service: disconnects (its start warned)
 
 
-def _stop_dispatcher(ray, dispatcher) -> None:
+def _stop_dispatcher(ray: ModuleType, dispatcher: Any) -> None:
     try:
         ray.get(dispatcher.stop.remote(), timeout=30)
     except Exception:  # already gone; killed all the same
@@ -171,7 +179,7 @@ def _stop_dispatcher(ray, dispatcher) -> None:
         pass
 
 
-def _wait_for_other_drivers(ray, deadline: float) -> None:
+def _wait_for_other_drivers(ray: ModuleType, deadline: float) -> None:
     """Until no other process is connected to this process's Ray (its trainers left), or
     ``deadline``."""
     try:
@@ -185,7 +193,7 @@ def _wait_for_other_drivers(ray, deadline: float) -> None:
         pass
 
 
-def _check_workers(num_workers, what: str) -> None:
+def _check_workers(num_workers: int, what: str) -> None:
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or (
             num_workers < 1 and num_workers != AUTOTUNE):
         raise ValueError(f"{what}: num_workers={num_workers!r} must be an int >= 1 or "
@@ -197,7 +205,7 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
           work_dir: str | None = None, namespace: str = "jdata", *, worker_cpus: float = 1.0,
           split_elements: int | None = None, client_timeout: float = CLIENT_TIMEOUT_SEC,
           window_bytes: int | None = None, cache_dir: str | None = None,
-          job_timeout: float | None = None, **ray_init_kw) -> Service:
+          job_timeout: float | None = None, **ray_init_kw: Any) -> Service:
     """Starts the service, or joins the dispatcher that runs in ``namespace`` as it is,
     with a warning (its settings stay; the ``Service`` returned then does not stop it,
     see ``Service.stop``; a ``ServiceVersionError`` if its jdata speaks another
@@ -294,7 +302,8 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
                    started=True, embedded=owned and address is None)
 
 
-def _check_version(ray, dispatcher, address, namespace: str, what: str, owned: bool) -> None:
+def _check_version(ray: ModuleType, dispatcher: Any, address: str | None, namespace: str,
+                   what: str, owned: bool) -> None:
     """``_version.check``; a Ray connected only for this is disconnected when it fails."""
     try:
         _version.check(ray, dispatcher, _ray.describe(address, namespace), what)
@@ -304,7 +313,8 @@ def _check_version(ray, dispatcher, address, namespace: str, what: str, owned: b
         raise
 
 
-def _warn_joined(ray, running, address, namespace: str, num_workers: int) -> None:
+def _warn_joined(ray: ModuleType, running: Any, address: str | None, namespace: str,
+                 num_workers: int) -> None:
     workers = len(ray.get(running.workers.remote()))
     where = _ray.describe(address, namespace)
     if workers != num_workers and num_workers != AUTOTUNE:
@@ -323,7 +333,7 @@ def _warn_joined(ray, running, address, namespace: str, num_workers: int) -> Non
 _RAISED = re.compile(r"^(?:\w+\.)*(\w+): (.+)$", re.MULTILINE)
 
 
-def _start_error(error) -> Exception:
+def _start_error(error: BaseException) -> Exception:
     """The dispatcher's own error out of Ray's report that its constructor raised (a
     60-line traceback, as text): a jdata error as the dispatcher raised it (a journal of
     another version is a ``JournalError``), else a ``ServiceStartError`` with its line."""
@@ -341,7 +351,7 @@ def _start_error(error) -> Exception:
                                      f"{message}")
 
 
-def _wait_for_workers(dispatcher, num_workers: int, what: str, timeout: float) -> None:
+def _wait_for_workers(dispatcher: Any, num_workers: int, what: str, timeout: float) -> None:
     """Until ``num_workers`` workers run (joined); after ``timeout`` seconds a warning
     (the cluster may be adding nodes for them: they join when up)."""
     ray = _ray.ray_module()
@@ -359,7 +369,7 @@ def _wait_for_workers(dispatcher, num_workers: int, what: str, timeout: float) -
         time.sleep(0.05)  # polling the dispatcher, which starts them
 
 
-def _check_split_elements(split_elements, what: str) -> None:
+def _check_split_elements(split_elements: int | None, what: str) -> None:
     if split_elements is not None and (isinstance(split_elements, bool) or
                                        not isinstance(split_elements, int) or split_elements < 1):
         raise ValueError(f"{what}: split_elements={split_elements!r} must be an int >= 1 "
@@ -367,7 +377,7 @@ def _check_split_elements(split_elements, what: str) -> None:
 
 
 def connect(address: str | None = None, namespace: str = "jdata", *,
-            split_elements: int | None = None, **ray_init_kw) -> Service:
+            split_elements: int | None = None, **ray_init_kw: Any) -> Service:
     """Joins a running service (``address=None``: the Ray this process already runs).
 
     ``split_elements``: elements per split of the jobs this process starts (``None``: the
@@ -401,11 +411,11 @@ def connect(address: str | None = None, namespace: str = "jdata", *,
     return Service(handle, ServiceRef(address, namespace, split_elements), owned)
 
 
-def _head_node(ray) -> str:
+def _head_node(ray: ModuleType) -> str:
     for node in ray.nodes():
         if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
-            return node["NodeID"]
-    return ray.get_runtime_context().get_node_id()
+            return str(node["NodeID"])
+    return str(ray.get_runtime_context().get_node_id())
 
 
 __all__ = ["start", "connect", "Service", "ServiceStatus", "ProcessInfo", "WorkerStatus",

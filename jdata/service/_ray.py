@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import warnings
+from types import ModuleType
 
 from jdata._extras import require
 
@@ -35,7 +36,7 @@ _SETTINGS_FRAME = 4
 _TLS = "RAY_USE_TLS"
 
 
-def ray_module():
+def ray_module() -> ModuleType:
     """``import ray``, with a clear error when the extra is missing."""
     if "ray" not in sys.modules:
         # Read by Ray when it is imported: decides whether it binds loopback only.

@@ -4,6 +4,7 @@ autoscaler's decisions and autocache's choices, as frozen dataclasses (``print``
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 
 def memory_bytes() -> int:
@@ -146,8 +147,8 @@ class AutoscalerStatus:
     min_workers: int
     max_workers: int
     phase: str
-    draining: list
-    decisions: list
+    draining: list[str]
+    decisions: list[ScalingDecision]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,10 +167,10 @@ class AutocacheStatus:
     mode: str | None
     reason: str
     chosen: str
-    estimates: dict
-    profile: dict | None
-    keys: dict
-    written: dict | None = None
+    estimates: dict[str, Any]
+    profile: dict[str, Any] | None
+    keys: dict[str, Any]
+    written: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,16 +179,16 @@ class ServiceStatus:
     autoscaler, autocache's pipelines and the journal (``print`` it for a summary)."""
 
     dispatcher: ProcessInfo
-    workers: list
-    jobs: list
+    workers: list[WorkerStatus]
+    jobs: list[JobStatus]
     autoscaler: AutoscalerStatus | None = None
-    autocache: list = dataclasses.field(default_factory=list)
+    autocache: list[AutocacheStatus] = dataclasses.field(default_factory=list)
     journal: JournalStatus | None = None
     # What failed in the dispatcher's monitor (each step is tried again every tick): its
     # error in words -> how often. Empty when all is well.
-    monitor_errors: dict = dataclasses.field(default_factory=dict)
+    monitor_errors: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def __str__(self):
+    def __str__(self) -> str:
         lines = [f"dispatcher pid {self.dispatcher.pid} on node {self.dispatcher.node_id}, "
                  f"{self.dispatcher.memory_bytes / 1e6:,.0f} MB"]
         j = self.journal

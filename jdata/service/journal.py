@@ -39,6 +39,7 @@ import sqlite3
 import threading
 import zlib
 
+from jdata._errors import JournalError as JournalError
 from jdata.service import _snapshot
 from jdata.service._updates import decode, encode
 from jdata.service.state import DispatcherState
@@ -59,10 +60,6 @@ _SCHEMA = (
     "CREATE INDEX updates_by_job ON updates (job_id, kind)",
     _SNAPSHOT_TABLE,
 )
-
-
-class JournalError(ValueError):
-    """A journal file that is not one, is damaged, or does not replay."""
 
 
 class Journal:
