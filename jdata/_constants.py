@@ -4,3 +4,6 @@
 AUTOTUNE = -1
 INFINITE = -1
 UNKNOWN = -2
+
+# Where error messages and help send users: a wheel holds no docs directory.
+DOCS_URL = "https://jdata-jax.readthedocs.io"

@@ -868,9 +868,7 @@ class Dataset:
         if not isinstance(service, Service):
             raise TypeError(f"distribute: service={service!r} must be what "
                             "jdata.service.start() or connect() returned")
-        if processing_mode not in client.MODES:
-            raise ValueError(f"distribute: processing_mode={processing_mode!r} must be one of "
-                             f"{', '.join(map(repr, client.MODES))}")
+        client.check_mode(processing_mode)
         if job_name is not None and (not isinstance(job_name, str) or not job_name):
             raise TypeError(f"distribute: job_name={job_name!r} must be a non-empty str")
         check.bool_arg(sharing, "sharing", "distribute")
@@ -879,14 +877,14 @@ class Dataset:
                              f"(got num_consumers={num_consumers!r}, consumer_index="
                              f"{consumer_index!r})")
         if num_consumers is not None:
-            if isinstance(num_consumers, bool) or not isinstance(num_consumers, int) or \
-                    num_consumers < 1:
+            count, index = check.as_int(num_consumers), check.as_int(consumer_index)
+            if count is None or count < 1:
                 raise ValueError(f"distribute: num_consumers={num_consumers!r} must be an "
                                  "int >= 1")
-            if isinstance(consumer_index, bool) or not isinstance(consumer_index, int) or \
-                    not 0 <= consumer_index < num_consumers:
+            if index is None or not 0 <= index < count:
                 raise ValueError(f"distribute: consumer_index={consumer_index!r} must be an "
-                                 f"int in [0, {num_consumers})")
+                                 f"int in [0, {count})")
+            num_consumers, consumer_index = count, index  # NumPy's ints become Python's
             if sharing:
                 raise ValueError("distribute: coordinated reads (num_consumers) and "
                                  "sharing=True are different jobs; choose one")

@@ -6,10 +6,29 @@ Every message names the op, the argument, the bad value and the fix.
 from __future__ import annotations
 
 import numbers
+import operator
 import warnings
 from typing import Any, Literal, overload
 
+import numpy as np
+
 from jdata._constants import AUTOTUNE
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as a Python int where it is an integer (a NumPy one too: anything with
+    ``__index__``), else None; a bool is not taken for one.
+
+    >>> import numpy as np
+    >>> as_int(np.int64(3)), as_int(3.0), as_int(True)
+    (3, None, None)
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 @overload

@@ -4,6 +4,9 @@
     jdata service status --address 127.0.0.1:PORT
     jdata service stop --address 127.0.0.1:PORT
     jdata service start --address ray://head:10001 --num-workers 8   # on a cluster, detached
+    jdata inspect PATH            # a directory of Dataset.save, cache(filename) or snapshot(path)
+    jdata inspect-state FILE      # an iterator state (get_state() as JSON, or an Orbax checkpoint)
+    jdata --version
 
 A service started without ``--address`` lives in an embedded Ray, which dies
 with the process that started it: ``start`` then stays in the foreground,
@@ -28,6 +31,9 @@ import signal
 import sys
 import threading
 
+from jdata import _inspect
+from jdata._constants import DOCS_URL
+
 # How often a foreground ``start`` checks that its dispatcher was not stopped from elsewhere.
 _WATCH_SEC = 1.0
 _AUTO = "auto"
@@ -46,21 +52,54 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args)
-    except (ConnectionError, RuntimeError, ValueError, ImportError) as e:
+    except (OSError, RuntimeError, ValueError, ImportError) as e:  # OSError: a path too
         # One line: jdata's errors say what happened and what to do (a dispatcher's own
         # error, such as a journal of another version, is unwrapped by service.start).
-        print(f"jdata service {args.action}: {e}", file=sys.stderr)
+        print(f"{args.label(args)}: {e}", file=sys.stderr)
         return 1
 
 
+def _version() -> str:
+    """The version of the installed distribution that holds the ``jdata`` package;
+    ``jdata.__version__`` where jdata runs from a source tree that was never installed."""
+    import importlib.metadata
+
+    names = importlib.metadata.packages_distributions().get("jdata", [])
+    for name in dict.fromkeys([*names, "jdata-jax", "jdata"]):  # its name, once renamed
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    import jdata
+
+    return jdata.__version__
+
+
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked (the lookup reads every installed
+    distribution's metadata)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print jdata's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"jdata {_version()}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jdata", description="The jdata command line.")
+    parser = argparse.ArgumentParser(
+        prog="jdata", description=f"The jdata command line. Documentation: {DOCS_URL}")
+    parser.add_argument("--version", action=_Version)
     parser.set_defaults(usage=parser.print_help)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _inspect.add_commands(commands)
     group = commands.add_parser(
         "service", help="the data service (jdata.service) on Ray",
-        description="Start, inspect and stop the jdata data service (docs/service.md).")
-    group.set_defaults(usage=group.print_help)
+        description="Start, inspect and stop the jdata data service (the guide 'The data "
+                    f"service' at {DOCS_URL}).")
+    group.set_defaults(usage=group.print_help,
+                       label=lambda args: f"jdata service {args.action}")
     actions = group.add_subparsers(dest="action", metavar="ACTION")
 
     start = actions.add_parser(

@@ -245,3 +245,39 @@ def test_the_console_script_is_main():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["jdata"].partition(":")
     assert getattr(importlib.import_module(module), name) is cli.main
+
+
+def test_version_is_the_distributions_else_the_packages(monkeypatch, capsys):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.8.7")  # installed
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == "jdata 9.8.7\n"
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)  # a source tree
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert capsys.readouterr().out == f"jdata {jdata.__version__}\n"
+
+
+@pytest.mark.parametrize("argv", [[], ["service"], ["service", "start"], ["service", "status"],
+                                  ["service", "stop"], ["inspect"], ["inspect-state"]])
+def test_help_points_to_the_docs_site_not_to_files_a_wheel_lacks(argv, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--help"])
+    out = capsys.readouterr().out
+    assert "docs/" not in out and ".md" not in out
+    if argv in ([], ["service"]):
+        assert "https://jdata-jax.readthedocs.io" in out
+
+
+def test_no_message_or_docstring_of_the_cli_and_service_names_a_docs_file():
+    # A wheel has no docs/ directory: messages name the site and a section instead.
+    sources = [ROOT / "jdata" / "cli.py", *sorted((ROOT / "jdata" / "service").glob("*.py"))]
+    named = [str(p.relative_to(ROOT)) for p in sources if "docs/" in p.read_text()]
+    assert named == []

@@ -125,3 +125,23 @@ def test_readme_points_into_the_repository_for_design_and_migration():
         assert f"]({doc})" in readme and (ROOT / doc).is_file()
     differences = readme.split("## Where jdata differs from tf.data, on purpose")[1]
     assert "](docs/migration.md)" in differences.split("\n## ")[0]
+
+
+@pytest.mark.slow  # a fresh process starts a local Ray
+def test_the_service_guides_first_example_prints_no_jax_fork_warning(tmp_path):
+    # Ray started its servers with a preexec_fn after the example had initialized JAX:
+    # JAX's at-fork hook printed "os.fork() was called ... deadlock" (a RuntimeWarning).
+    import os
+    import subprocess
+    import sys
+
+    first = next(b for b in RUNNABLE if b.doc == "docs/service.md")
+    assert "service.start(" in first.code
+    (tmp_path / "example.py").write_text(first.code + '\nprint("example done")\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
+    done = subprocess.run(
+        [sys.executable, "-W", "error:os.fork() was called:RuntimeWarning", "example.py"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0 and done.stdout.endswith("example done\n"), done.stderr[-3000:]
+    assert "os.fork()" not in done.stderr, done.stderr[-3000:]

@@ -10,12 +10,14 @@ keeps at most ``SLOTS - 1`` tasks outstanding per worker). A task whose
 results find no room in shared memory fails alone, with a
 ``SharedMemoryError``. The worker unlinks its segments when it exits,
 whether told to, orphaned (its parent died: the task pipe reaches EOF) or
-terminated (SIGTERM becomes ``SystemExit``); the fork server
+terminated (SIGTERM ends it from its handler, never as an exception in
+whatever code it interrupted); the fork server
 (``jdata.runtime.forkserver``) unlinks what a crashed worker left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pickle
@@ -83,6 +85,12 @@ class _Arena:
     def take_retired(self) -> list[str]:
         retired, self._retired = self._retired, []
         return retired
+
+    def unlink(self) -> None:
+        """Removes the segments' names only: safe while a write into them is interrupted."""
+        for segment in self._segments:
+            if segment is not None:
+                segment.unlink()
 
     def release(self) -> None:
         for segment in self._segments:
@@ -163,6 +171,19 @@ def _result_message(task_id: int, outcomes: list, arena: _Arena, timing: tuple) 
         return ("failed", task_id, arena.take_retired(), e)
 
 
+def _terminated(arena: _Arena) -> None:
+    """SIGTERM (a UDF still running at shutdown) ends the worker here, in the handler.
+    Raised as ``SystemExit``, it would surface in whatever code runs at that moment, and
+    where that is a callback (JAX's ``_xla_gc_callback``, a ``__del__``) Python prints
+    the exception, swallows it and runs on, until SIGKILL."""
+    arena.unlink()
+    for stream in (sys.stdout, sys.stderr):  # what the UDF printed; os._exit drops it
+        # Interrupted mid-write, a stream refuses (a reentrant call): its buffer is lost.
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
 def main(tasks, results, session: str) -> None:
     """Runs until its task pipe closes (shutdown, or the parent died) or it is terminated.
 
@@ -170,8 +191,8 @@ def main(tasks, results, session: str) -> None:
     """
     # Ctrl-C reaches the whole process group; the parent decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     arena = _Arena(session)
+    signal.signal(signal.SIGTERM, lambda *_: _terminated(arena))
     try:
         try:
             job = _load_job(cloudpickle.loads(tasks.recv_bytes()))

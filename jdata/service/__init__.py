@@ -11,8 +11,8 @@ joined (``pip install 'jdata-jax[service]'``).
         for batch in jdata.range(1000).map(f).distribute(svc).batch(32):
             ...
 
-(``docs/design.md`` describes the roles; ``docs/migration.md`` compares
-them with tf.data's service.)
+(The guides at https://jdata-jax.readthedocs.io: "The data service" describes the
+roles; "Migrating from tf.data" compares them with tf.data's service.)
 
 A ``Service`` stops only what it started: ``stop()`` (or leaving its ``with``)
 stops the dispatcher and workers if this ``Service`` created the dispatcher;
@@ -23,6 +23,7 @@ and ``stop(force=True)`` stops the service for every client.
 
 from __future__ import annotations
 
+import numbers
 import re
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Self
 from jdata import errors as _errors
 from jdata._constants import AUTOTUNE
 from jdata._extras import require
+from jdata._validate import as_int
 from jdata.service import _ray, _version, transport
 from jdata.service._status import AutocacheStatus as AutocacheStatus
 from jdata.service._status import AutoscalerStatus as AutoscalerStatus
@@ -79,6 +81,16 @@ class Service:
         status: ServiceStatus = _ray.ray_module().get(self._dispatcher.status.remote())
         return status
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: the address, then the status's tables (or, for a service
+        that cannot answer, why: a repr never raises)."""
+        from jdata.service import _html
+
+        try:
+            return _html.service_html(self.ref, self.status())
+        except Exception as e:  # noqa: BLE001 - stopped, unreachable: said in the view
+            return _html.service_html(self.ref, error=f"{type(e).__name__}: {e}")
+
     def scale(self, num_workers: int, *, timeout: float = 60.0) -> None:
         """Sets a fixed number of workers (a removed worker's leases are read elsewhere),
         which stops the autoscaler; ``jdata.AUTOTUNE`` hands the count back to it.
@@ -86,7 +98,7 @@ class Service:
         Waits up to ``timeout`` seconds for new workers to run, then warns: the
         others get leases once they start (when the cluster has room for them).
         """
-        _check_workers(num_workers, "scale")
+        num_workers = _check_workers(num_workers, "scale")
         _ray.ray_module().get(self._dispatcher.scale.remote(num_workers))
         if num_workers != AUTOTUNE:
             _wait_for_workers(self._dispatcher, num_workers, "scale", timeout)
@@ -193,11 +205,13 @@ def _wait_for_other_drivers(ray: ModuleType, deadline: float) -> None:
         pass
 
 
-def _check_workers(num_workers: int, what: str) -> None:
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or (
-            num_workers < 1 and num_workers != AUTOTUNE):
+def _check_workers(num_workers: int, what: str) -> int:
+    """``num_workers`` as a Python int (a NumPy integer is one), once checked."""
+    count = as_int(num_workers)
+    if count is None or (count < 1 and count != AUTOTUNE):
         raise ValueError(f"{what}: num_workers={num_workers!r} must be an int >= 1 or "
                          "jdata.AUTOTUNE")
+    return count
 
 
 def start(address: str | None = None, num_workers: int = AUTOTUNE,
@@ -242,20 +256,24 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
         ``None``: ``<work_dir>/autocache``.
       **ray_init_kw: passed to ``ray.init``.
     """
-    _check_workers(num_workers, "service.start")
-    if max_workers is not None and (isinstance(max_workers, bool)
-                                    or not isinstance(max_workers, int)
-                                    or max_workers < max(num_workers, 1)):
-        raise ValueError(f"service.start: max_workers={max_workers!r} must be an int >= "
-                         f"num_workers ({num_workers}) and >= 1")
-    if window_bytes is not None and (isinstance(window_bytes, bool)
-                                     or not isinstance(window_bytes, int) or window_bytes < 1):
-        raise ValueError(f"service.start: window_bytes={window_bytes!r} must be an int >= 1")
-    if not isinstance(worker_cpus, (int, float)) or worker_cpus < 0:
+    num_workers = _check_workers(num_workers, "service.start")
+    if max_workers is not None:
+        max_count = as_int(max_workers)
+        if max_count is None or max_count < max(num_workers, 1):
+            raise ValueError(f"service.start: max_workers={max_workers!r} must be an int >= "
+                             f"num_workers ({num_workers}) and >= 1")
+        max_workers = max_count
+    if window_bytes is not None:
+        window_count = as_int(window_bytes)
+        if window_count is None or window_count < 1:
+            raise ValueError(f"service.start: window_bytes={window_bytes!r} must be an int >= 1")
+        window_bytes = window_count
+    if isinstance(worker_cpus, bool) or not isinstance(worker_cpus, numbers.Real) or \
+            not worker_cpus >= 0:
         raise ValueError(f"service.start: worker_cpus={worker_cpus!r} must be >= 0")
-    _check_split_elements(split_elements, "service.start")
+    split_elements = _check_split_elements(split_elements, "service.start")
     for name, value in (("client_timeout", client_timeout), ("job_timeout", job_timeout)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
                                   or not value > 0):
             raise ValueError(f"service.start: {name}={value!r} must be a number of seconds > 0")
     ray = _ray.ray_module()
@@ -289,7 +307,7 @@ def start(address: str | None = None, num_workers: int = AUTOTUNE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
     handle = actor.remote(work_dir, namespace, num_workers, float(worker_cpus),
                           float(client_timeout), window_bytes, max_workers, cache_dir,
-                          job_timeout, split_elements)
+                          None if job_timeout is None else float(job_timeout), split_elements)
     try:
         _wait_for_workers(handle, max(num_workers, 1), "service.start", _WORKERS_WAIT_SEC)
     except ray.exceptions.RayActorError as e:  # its constructor raised: it will not restart
@@ -369,11 +387,14 @@ def _wait_for_workers(dispatcher: Any, num_workers: int, what: str, timeout: flo
         time.sleep(0.05)  # polling the dispatcher, which starts them
 
 
-def _check_split_elements(split_elements: int | None, what: str) -> None:
-    if split_elements is not None and (isinstance(split_elements, bool) or
-                                       not isinstance(split_elements, int) or split_elements < 1):
+def _check_split_elements(split_elements: int | None, what: str) -> int | None:
+    if split_elements is None:
+        return None
+    count = as_int(split_elements)
+    if count is None or count < 1:
         raise ValueError(f"{what}: split_elements={split_elements!r} must be an int >= 1 "
                          "(elements per split), or None to measure")
+    return count
 
 
 def connect(address: str | None = None, namespace: str = "jdata", *,
@@ -389,7 +410,7 @@ def connect(address: str | None = None, namespace: str = "jdata", *,
     stop the service on ``stop()`` or exit (it only disconnects the Ray connection it
     made); ``stop(force=True)`` does.
     """
-    _check_split_elements(split_elements, "service.connect")
+    split_elements = _check_split_elements(split_elements, "service.connect")
     ray = _ray.ray_module()
     owned = not ray.is_initialized()
     if owned:

@@ -38,12 +38,16 @@ class Recent:
             samples = self._samples.get(key)
             return samples[-1][1] if samples else {}
 
-    def rate(self, key, name: str) -> float:
+    def rate(self, key, name: str, clock: str | None = None) -> float:
+        """``name``'s change per second over the window; ``clock``: the counters' own
+        clock to divide by (the time between their readings, not their arrivals here)."""
         with self._lock:
             samples = self._samples.get(key)
             if not samples or len(samples) < 2:
                 return 0.0
             (t0, first), (t1, last) = samples[0], samples[-1]
+        if clock is not None and clock in first and clock in last:
+            t0, t1 = first[clock], last[clock]
         return max(0.0, (last.get(name, 0) - first.get(name, 0)) / max(t1 - t0, 1e-9))
 
     def keys(self) -> list:
@@ -77,8 +81,9 @@ class Stats:
                                                          "bytes")),
                             self.workers.rate(worker_id, "elements"),
                             self.workers.rate(worker_id, "bytes"),
-                            self.workers.rate(worker_id, "busy_sec"),
-                            latest.get("memory_bytes", 0), latest.get("plans", 0))
+                            self.workers.rate(worker_id, "producing_sec", clock="clock"),
+                            latest.get("memory_bytes", 0), latest.get("plans", 0),
+                            self.workers.rate(worker_id, "load_sec", clock="clock"))
 
     def job_status(self, info, workers, conflicts: dict) -> JobStatus:
         """A job's summary, with its clients' recent rates (their heartbeats' reports)
@@ -99,7 +104,8 @@ class Stats:
                 "elements": total("elements"), "buffered": total("buffered"),
                 "elements_per_sec": sum(recent.rate(key, "elements") for key in keys),
                 "bytes_per_sec": sum(recent.rate(key, "bytes") for key in keys),
-                "wait_fraction": (sum(recent.rate(key, "wait_sec") for key in keys)
+                "wait_fraction": (sum(recent.rate(key, "wait_sec", clock="time")
+                                      for key in keys)
                                   / len(keys)) if keys else 0.0,
                 "shared": info.mode == "shared",
                 "shared_hit_rate": total("hits") / reads if reads else 0.0,

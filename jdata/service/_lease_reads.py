@@ -13,10 +13,8 @@ from: a read produces ``READ_AHEAD`` blocks ahead, no more.
 
 from __future__ import annotations
 
-import time
-
 from jdata._errors import ElementError
-from jdata.service import _blocks
+from jdata.service import _blocks, _waits
 from jdata.service.transport import cause
 from jdata.service.worker import READ_AHEAD
 
@@ -74,12 +72,11 @@ class Reads:
                 if id(other.generator) in ready_ids:
                     self._take(other)
         if unit in self._reads:
-            began = time.perf_counter()
-            if self._transport.ready(read.generator, read.worker_id):
-                self._take(read)
-            else:
-                self._lost(read)
-            self._stats.wait_sec += time.perf_counter() - began
+            with _waits.waiting(self._stats):
+                if self._transport.ready(read.generator, read.worker_id):
+                    self._take(read)
+                else:
+                    self._lost(read)
 
     def pull_any(self) -> None:
         """Whichever read's block comes first (a second at most); reads whose worker

@@ -34,6 +34,7 @@ _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 
 _HTTP2_FRAME_HEADER = 9  # bytes; the frame's type is its fourth
 _SETTINGS_FRAME = 4
 _TLS = "RAY_USE_TLS"
+_JAX_FORK_WARNING = r"os\.fork\(\) was called"  # JAX's at-fork hook (jax._src.xla_bridge)
 
 
 def ray_module() -> ModuleType:
@@ -61,7 +62,13 @@ def init_local(namespace: str, **ray_init_kw) -> None:
             f"set {_LOOPBACK_SWITCH}=0 before importing ray, or start a cluster yourself and "
             "pass its address to service.start(address=...)")
     kw = {"include_dashboard": False, "log_to_driver": False, **ray_init_kw}
-    ray.init(address="local", _node_ip_address=LOCALHOST, namespace=namespace, **kw)
+    with warnings.catch_warnings():
+        # Ray starts its servers with a ``preexec_fn``, so CPython runs the at-fork hooks,
+        # and where JAX runs in this process its hook warns of a deadlock. That child
+        # only blocks SIGINT, sets its parent-death signal and execs Ray's binary: it never
+        # waits on a lock of JAX's threads, so there is nothing to warn the user of.
+        warnings.filterwarnings("ignore", message=_JAX_FORK_WARNING, category=RuntimeWarning)
+        ray.init(address="local", _node_ip_address=LOCALHOST, namespace=namespace, **kw)
 
 
 def _ignored(ray_init_kw: dict) -> None:

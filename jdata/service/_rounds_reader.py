@@ -19,7 +19,7 @@ import time
 import uuid
 
 from jdata._errors import ServiceError
-from jdata.service import _blocks, _reader_states, _rounds, _session
+from jdata.service import _blocks, _reader_states, _rounds, _session, _waits
 from jdata.service._messages import Mode, Register, Release
 from jdata.service.transport import cause
 from jdata.service.worker import ReadSpec
@@ -73,14 +73,13 @@ class RoundsReader:
                     self._refs[ahead] = self._request_run(ahead)
             results = self._results.get(start)
             began = time.perf_counter()
-            if results is None:
-                results, received = self._receive_run(start)
-                if self._agree(start, received) == "skip":  # another consumer lost it
-                    results = [(None, True, False)] * run
-                self._results[start] = results
-            wait = time.perf_counter() - began
-            self.stats.wait_sec += wait
-            report.round_wait_sec += wait
+            with _waits.waiting(self.stats):
+                if results is None:
+                    results, received = self._receive_run(start)
+                    if self._agree(start, received) == "skip":  # another consumer lost it
+                        results = [(None, True, False)] * run
+                    self._results[start] = results
+            report.round_wait_sec += time.perf_counter() - began
             packed, skipped, ended = results[r - start] if r - start < len(results) else \
                 (None, False, True)
             self._round += 1

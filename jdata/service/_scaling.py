@@ -37,6 +37,7 @@ class Scaling:
         self._target = num_workers
         self._draining: dict[str, float] = {}  # worker id -> when its draining began
         self._scaler: autoscaler.Driver | None = None
+        self._started = time.monotonic()  # the autoscaler's decisions are timed from here
         if num_workers == AUTOTUNE:
             self.autotune(len(alive()))
 
@@ -59,7 +60,7 @@ class Scaling:
             cap = int(cpus / self._worker_cpus) if self._worker_cpus > 0 else 64
         policy = autoscaler.Policy(1, max(1, cap))
         with self._lock:
-            self._scaler = autoscaler.Driver(policy)
+            self._scaler = autoscaler.Driver(policy, origin=self._started)
             self._target = min(max(current, 1), policy.max_workers)
 
     def scale(self, num_workers: int) -> None:

@@ -14,6 +14,7 @@ import threading
 import time
 import warnings
 
+from jdata.service import _waits
 from jdata.service._messages import Register, Registered
 
 # Heartbeats also carry the reports the autoscaler samples (every 4 s).
@@ -60,7 +61,7 @@ class ClientReport:
     skipped_rounds: int = 0
     round_wait_sec: float = 0.0
     capacity: int = 1  # the elements its reads in flight can hold (the queue fill's scale)
-    lost: int = 0  # elements the mode allowed to be lost, counted (see docs/service.md)
+    lost: int = 0  # elements the mode allowed to be lost, counted (the service guide's contract)
     duplicated: int = 0
     idle_sec: float = 0.0  # since its consumer last asked for an element
 
@@ -160,8 +161,10 @@ def _heartbeat(session: Session, period: float, tuner, hand_off) -> None:
             return  # the service stopped: a call would start (or join) another Ray
         stages = tuner.live()
         consumer = stages[-1].stats if stages else stats
-        report.elements, report.wait_sec = stats.elements, stats.wait_sec
-        report.buffered, report.time = stats.buffered, time.monotonic()
+        # The wait under way too, at the instant of the client's clock that the dispatcher
+        # divides it by (see _waits).
+        report.time, report.wait_sec = _waits.waited(stats)
+        report.elements, report.buffered = stats.elements, stats.buffered
         report.consumer_wait_sec = consumer.wait_sec
         report.idle_sec = activity.idle_sec()
         sent = time.monotonic()

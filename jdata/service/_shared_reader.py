@@ -17,7 +17,7 @@ import collections
 import time
 import uuid
 
-from jdata.service import _blocks, _reader_states, _session
+from jdata.service import _blocks, _reader_states, _session, _waits
 from jdata.service._lease_core import Buffer
 from jdata.service._messages import Mode, Register, Release
 from jdata.service.transport import cause
@@ -162,20 +162,18 @@ class SharedReader:
             stream.pending.append(ref)
             stream.resume = None
             stream.seq += 1
-        began = time.perf_counter()
         ref = stream.pending.popleft()
         try:
-            if not transport.ready(ref, stream.worker_id):
-                raise transport.ray.exceptions.ActorDiedError()
-            packed, skipped, hit, after, token = transport.ray.get(ref)
+            with _waits.waiting(self.stats):
+                if not transport.ready(ref, stream.worker_id):
+                    raise transport.ray.exceptions.ActorDiedError()
+                packed, skipped, hit, after, token = transport.ray.get(ref)
         except transport.ray.exceptions.RayError as e:
             if not transport.lost(e):
                 raise cause(e) from None
             self._drop(slot, keep_position=True)
             self.transport.tell("report_lost", stream.worker_id)
             return False
-        finally:
-            self.stats.wait_sec += time.perf_counter() - began
         if packed is None:  # the worker made the window again: read on from our position
             self._drop(slot, keep_position=True)
             return False

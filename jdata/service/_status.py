@@ -52,8 +52,10 @@ class WorkerStatus:
     """A worker: ``state`` "running", "starting" (waiting for its process, maybe for a
     node with room: it gets leases once up) or "unreachable" (it missed a ping: lost
     soon); ``tasks`` reads served, ``active`` running now, ``elements``/``bytes``
-    produced in all; the rates and ``busy`` (the share of a CPU spent producing blocks)
-    are over the last 10 s."""
+    produced in all; over the last 10 s, the rates, ``busy`` (the share of the time in
+    which it made blocks: at most 1) and ``load`` (the blocks it made at once, on
+    average: busy time summed over its reads' threads, above 1 where reads run side
+    by side)."""
 
     worker_id: str
     pid: int | None
@@ -68,6 +70,7 @@ class WorkerStatus:
     busy: float = 0.0
     memory_bytes: int = 0  # private resident (``memory_bytes()``)
     plans: int = 0  # the jobs' plans it holds decoded
+    load: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,9 +89,9 @@ class JobStatus:
     ``round_wait_sec``, the mean wait for a round's element.
 
     ``lost`` and ``duplicated``: what the mode allows to be lost or read twice and
-    happened, counted over every client the job had (docs/service.md's table): a shared
-    job's skipped elements, a split a worker could not read to its end, a restore that
-    found its splits taken by others.
+    happened, counted over every client the job had (the table of "When things fail: the
+    contract" in the data service's guide): a shared job's skipped elements, a split a
+    worker could not read to its end, a restore that found its splits taken by others.
     """
 
     job_id: str
@@ -120,7 +123,7 @@ class JobStatus:
 
 @dataclasses.dataclass(frozen=True)
 class ScalingDecision:
-    """One autoscaler interval: at ``time`` (seconds, the dispatcher's monotonic clock)
+    """One autoscaler interval: at ``time`` (seconds since the dispatcher started)
     with ``workers`` running, the measured ``batch_sec`` (the consumers' seconds per
     element, waits included), ``demand`` (elements/s they would take without waiting),
     ``capacity`` (elements per busy second of a worker) and ``queue_fill``; the
@@ -188,6 +191,11 @@ class ServiceStatus:
     # error in words -> how often. Empty when all is well.
     monitor_errors: dict[str, int] = dataclasses.field(default_factory=dict)
 
+    def _repr_html_(self) -> str:  # a notebook's view: tables of what __str__ says
+        from jdata.service import _html
+
+        return _html.status_html(self)
+
     def __str__(self) -> str:
         lines = [f"dispatcher pid {self.dispatcher.pid} on node {self.dispatcher.node_id}, "
                  f"{self.dispatcher.memory_bytes / 1e6:,.0f} MB"]
@@ -202,7 +210,8 @@ class ServiceStatus:
         lines.append(f"{len(self.workers)} workers:")
         lines += [f"  {w.worker_id} pid {w.pid}: {w.active} reads running ({w.tasks} in "
                   f"all), {w.elements_per_sec:,.0f} elements/s, "
-                  f"{w.bytes_per_sec / 1e6:,.1f} MB/s, {w.busy:.0%} busy"
+                  f"{w.bytes_per_sec / 1e6:,.1f} MB/s, {w.busy:.0%} busy ({w.load:.2f} "
+                  "blocks in the making at once)"
                   if w.state == "running" else f"  {w.worker_id}: {w.state}"
                   for w in self.workers]
         lines.append(f"{len(self.jobs)} jobs:")

@@ -86,6 +86,10 @@ class Buffers:
         state = {"it": it, "sent": 0}
 
         def produce(n: int):
+            with stats.producing():
+                return produce_counted(n)
+
+        def produce_counted(n: int):
             began = time.perf_counter()
             elements, failures, broken = _worker_reads.exact(state["it"], n)
             state["sent"] += len(elements)

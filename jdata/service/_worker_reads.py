@@ -126,8 +126,9 @@ def stream(open_at, skip: int, *, size: int, compression: str | None, stats,
            stopped, checked: bool = False, sizes: dict | None = None, key=None):
     """The blocks (packed) of ``open_at(skip)``'s outcomes; see the module docstring.
 
-    ``stats.add(elements, bytes, seconds)`` counts the work; ``sizes[key]`` keeps the
-    block size reached for the next read of the same plan.
+    ``stats.producing()`` spans the making of each block and ``stats.add(elements, bytes,
+    seconds)`` counts it; ``sizes[key]`` keeps the block size reached for the next read
+    of the same plan.
     """
     it = open_at(skip)
     sent, one_by_one = skip, checked
@@ -136,20 +137,21 @@ def stream(open_at, skip: int, *, size: int, compression: str | None, stats,
             began = time.perf_counter()
             failures: tuple = ()
             broken = False
-            if one_by_one:
-                elements, failures, broken = exact(it, size, checked, sent)
-            else:
-                try:
-                    elements = it.next_many(size)
-                except Exception:  # a UDFError or worse: again from the last block sent
-                    it.close()
-                    it, one_by_one = open_at(sent), True
-                    continue
-            if not elements:
-                return
-            sent += len(elements)
-            payload = _blocks.encode(elements, failures)
-            nbytes = _blocks.nbytes(payload, elements)
+            with stats.producing():  # not the wait for the reader, after the yield
+                if one_by_one:
+                    elements, failures, broken = exact(it, size, checked, sent)
+                else:
+                    try:
+                        elements = it.next_many(size)
+                    except Exception:  # a UDFError or worse: again from the last block sent
+                        it.close()
+                        it, one_by_one = open_at(sent), True
+                        continue
+                if not elements:
+                    return
+                sent += len(elements)
+                payload = _blocks.encode(elements, failures)
+                nbytes = _blocks.nbytes(payload, elements)
             seconds = time.perf_counter() - began
             stats.add(len(elements), nbytes, seconds)
             size = next_block_size(size, len(elements), nbytes, seconds)

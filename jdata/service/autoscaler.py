@@ -235,8 +235,11 @@ class Driver:
     """
 
     def __init__(self, policy: Policy, sample_sec: float = SAMPLE_SEC,
-                 settle_sec: float = SETTLE_SEC, history: int = 1000):
+                 settle_sec: float = SETTLE_SEC, history: int = 1000, origin: float = 0.0):
         self.policy = policy
+        # The clock's reading when the service started: decisions are timed from there
+        # (the monotonic clock alone reads the machine's uptime).
+        self.origin = origin
         self.sample_sec, self.settle_sec = sample_sec, settle_sec
         self.history: collections.deque = collections.deque(maxlen=history)
         self._steady_since: float | None = None
@@ -265,7 +268,8 @@ class Driver:
         self._start = (now, dict(clients), dict(producers))
         decision = self.policy.observe(sample)
         if sample.batch_sec > 0:  # an idle service's intervals say nothing
-            self.history.append({"time": now, "workers": workers, "target": decision.workers,
+            self.history.append({"time": now - self.origin, "workers": workers,
+                                 "target": decision.workers,
                                  "phase": decision.phase, "reason": decision.reason,
                                  **dataclasses.asdict(sample)})
         if decision.workers != workers:

@@ -13,7 +13,8 @@ The shell owns what all share: the stage of ``it.stats()``, the start on the fir
 element, the state (``snapshot``/``set_state``), ``close``, and the end of a stopped
 service: whatever a reader meets once its service was stopped (a dead actor, a shut
 down Ray) comes out as one ``ServiceStoppedError``. The contract each
-reader keeps, mode by mode and fault by fault, is the table in docs/service.md.
+reader keeps, mode by mode and fault by fault, is the table in "When things fail: the
+contract" of the data service's guide (https://jdata-jax.readthedocs.io).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from jdata.service import _lease_reader, _rounds_reader, _shared_reader, splits
 from jdata.service._messages import Mode
 
 MODES = ("off", "dynamic", "static")
+# tf.data service's processing modes (and sharding policies, lower-cased) -> jdata's.
+_TF_MODES = {"parallel_epochs": "off", "distributed_epoch": "dynamic", "off": "off",
+             "dynamic": "dynamic", "file": "static", "data": "static",
+             "file_or_data": "static", "hint": "static"}
 _OP = "distribute"
 
 
@@ -85,6 +90,31 @@ class DistributeNode(Node):
                 f"job_name={self.job_name!r}, deterministic={self.deterministic}, "
                 f"compression={self.compression!r}, sharing={self.sharing}, "
                 f"num_consumers={self.num_consumers}, consumer_index={self.consumer_index})")
+
+
+def check_mode(mode) -> None:
+    """A ``ValueError`` unless ``mode`` is one of ``MODES``; for tf.data service's names
+    it says which of jdata's does the same.
+
+    >>> check_mode("parallel_epochs")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ... is tf.data service's name; jdata's is processing_mode='off' (every ...
+    """
+    if isinstance(mode, str) and mode in MODES:
+        return
+    same = _TF_MODES.get(mode.lower()) if isinstance(mode, str) else None
+    modes = ", ".join(map(repr, MODES))
+    if same is None:
+        raise ValueError(f"{_OP}: processing_mode={mode!r} must be one of {modes}")
+    raise ValueError(f"{_OP}: processing_mode={mode!r} is tf.data service's name; jdata's is "
+                     f"processing_mode={same!r} ({_MODE_MEANS[same]}). jdata's modes: {modes}")
+
+
+_MODE_MEANS = {"off": "every worker runs the whole pipeline",
+               "dynamic": "the dispatcher leases splits to workers, each element of an "
+                          "epoch read once",
+               "static": "split i on worker i mod W"}
 
 
 def check_splittable(node: Node, mode: str) -> None:

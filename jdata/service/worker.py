@@ -27,6 +27,7 @@ ever ran.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -100,12 +101,39 @@ class WorkerStats:
         # second when it is kept busy (its reads run side by side), the autoscaler's rate.
         self.active_sec = 0.0
         self._active_since = 0.0
+        # Wall time with at least one block in production (``busy`` in the status: a share
+        # of the time, at most 1), and the same time weighted by how many were (``load``:
+        # above 1 where reads produce side by side). Accrued as it passes, so a window of
+        # the status counts the production within it, not whole blocks finished in it.
+        self.producing_sec = self.load_sec = 0.0
+        self._producing, self._producing_since = 0, time.monotonic()
 
     def add(self, elements: int, nbytes: int, seconds: float) -> None:
         with self._lock:
             self.elements += elements
             self.bytes += nbytes
             self.busy_sec += seconds
+
+    @contextlib.contextmanager
+    def producing(self):
+        """Around the making of a block (or an autocache part)."""
+        self._count_producing(1)
+        try:
+            yield
+        finally:
+            self._count_producing(-1)
+
+    def _count_producing(self, delta: int) -> None:
+        with self._lock:
+            self._accrue(time.monotonic())
+            self._producing += delta
+
+    def _accrue(self, now: float) -> None:
+        """Adds the time since the last change of ``_producing`` (the lock held)."""
+        if self._producing:
+            self.producing_sec += now - self._producing_since
+            self.load_sec += self._producing * (now - self._producing_since)
+        self._producing_since = now
 
     def task(self, delta: int) -> None:
         with self._lock:
@@ -119,12 +147,16 @@ class WorkerStats:
     def snapshot(self) -> dict:
         """Totals since the worker started (the dispatcher derives recent rates)."""
         with self._lock:
+            now = time.monotonic()
             active_sec = self.active_sec
             if self.active:
-                active_sec += time.monotonic() - self._active_since
+                active_sec += now - self._active_since
+            self._accrue(now)
+            # ``clock``: the dispatcher's rates of these divide by the worker's own time.
             return {"elements": self.elements, "bytes": self.bytes, "tasks": self.tasks,
                     "active": self.active, "busy_sec": self.busy_sec,
-                    "active_sec": active_sec}
+                    "active_sec": active_sec, "producing_sec": self.producing_sec,
+                    "load_sec": self.load_sec, "clock": now}
 
 
 def _decode_plan(plan_ref: list) -> tuple:
@@ -255,7 +287,7 @@ class Worker:
         self._stats.task(1)
         began = time.perf_counter()
         try:
-            with splits.read_split(node, options, split, epoch) as it:
+            with self._stats.producing(), splits.read_split(node, options, split, epoch) as it:
                 part = autocache.write_part(store, cache_fp, split.index, it)
         finally:
             self._stats.task(-1)

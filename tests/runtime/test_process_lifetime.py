@@ -204,3 +204,38 @@ def test_sigterm_to_the_process_group_leaves_no_processes_or_segments(tmp_path):
     job = signal_running_job(tmp_path, signal.SIGTERM)
     assert job.returncode == -signal.SIGTERM
     assert my_segments(job.pid) == []
+
+
+def test_a_worker_terminated_inside_a_jax_gc_callback_prints_nothing(tmp_path):
+    # SIGTERM used to raise SystemExit wherever the worker was; inside a callback (JAX's
+    # _xla_gc_callback, here one of the UDF's own that is still running at close) Python
+    # printed "Exception ignored in ... SystemExit" and the worker ran on until SIGKILL.
+    script = write_script(tmp_path, """
+        import gc
+        import jdata
+
+        def spin(phase, info):
+            while True:
+                pass
+
+        def udf(x):
+            import jax
+
+            jax.numpy.ones(3).block_until_ready()
+            if x == 3:  # never done: its worker is still in the callback at close
+                gc.callbacks.append(spin)
+                gc.collect()
+            return x
+
+        ds = jdata.range(8).map(udf, num_parallel_calls=2)
+        it = ds.with_options(jdata.Options(engine="processes")).iterator()
+        print([int(next(it)) for _ in range(3)], flush=True)
+        it.close()
+        print("closed", flush=True)
+    """)
+    result = run_script(script)  # waits for every process it started: their stderr too
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[0,", "1,", "2]", "closed"]
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, \
+        result.stderr
+    assert my_segments(result.pid) == []

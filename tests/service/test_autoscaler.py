@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+import jdata
 from jdata.service import autoscaler
 from jdata.service.autoscaler import Policy, Sample
 
@@ -147,3 +148,38 @@ def test_a_probe_whose_worker_never_starts_turns_down_rather_than_asking_forever
     assert decisions[0].workers == 4  # the estimate
     assert any("no room in the cluster" in d.reason for d in decisions), decisions
     assert policy.phase in ("down", "converging", "converged")
+
+
+class _Members:
+    """The dispatcher's membership as ``Scaling`` sees it: one worker, none starting."""
+
+    def starting(self) -> dict:
+        return {}
+
+    def add(self) -> None:
+        pass
+
+    def cancel_starting(self, count: int, newest_first: bool = True) -> None:
+        pass
+
+    def lose(self, worker_id: str) -> None:
+        pass
+
+
+def test_decisions_are_timed_from_the_services_start_not_the_machines(monkeypatch):
+    # The history said "3308.6 s" in a 17 s run: the monotonic clock's reading, the
+    # machine's uptime.
+    import types
+
+    from jdata.service import _ray, _scaling
+
+    _ray.ray_module()  # Scaling imports Ray: after the loopback switch, as the service does
+    clock = [3300.0]  # seconds of uptime when the service starts
+    monkeypatch.setattr(_scaling, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    scaling = _scaling.Scaling(_Members(), lambda: ["w"], dict, jdata.AUTOTUNE, 1.0, 4)
+    for t, elements in ((1.0, 0), (2.0, 0), (7.0, 400)):
+        clock[0] = 3300.0 + t
+        scaling.tick({"c": _client(t, elements, t / 2)},
+                     {"w": {"elements": elements, "active_sec": t}})
+    (decision,) = scaling.status().decisions
+    assert decision.time == 7.0

@@ -205,10 +205,12 @@ def test_status_shows_each_jobs_and_workers_recent_rates(svc):
                 if job.elements_per_sec > 0 and job.bytes_per_sec > 0:
                     break
         assert job is not None and job.elements_per_sec > 0, job
-        assert job.elements > 0 and job.buffered >= 0 and 0 <= job.wait_fraction <= 1.5
+        assert job.elements > 0 and job.buffered >= 0 and 0 <= job.wait_fraction <= 1 + 1e-9
         assert job.clients == 1 and job.leased > 0
         busy = [w for w in status.workers if w.elements_per_sec > 0]
         assert busy and all(w.elements > 0 and w.bytes > 0 and w.busy > 0 for w in busy)
+        # A share of the time: it said "155% busy", summing reads that ran side by side.
+        assert all(w.busy <= 1.0 + 1e-9 and w.load >= w.busy - 1e-9 for w in busy), busy
         text = str(status)
         assert "elements yielded" in text and "busy" in text and "waiting" in text
 
