@@ -30,9 +30,10 @@ test-fast: $(INSTALLED)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # What a user installs: builds the sdist and the wheel, installs the wheel with its test extra
-# into a fresh virtualenv, and runs the fast tier from the sdist's tests against it (the
-# sources removed, so every import resolves to the wheel). The demos are not in the wheel:
-# their tests run in `make test`.
+# into a fresh virtualenv, and runs the fast tier from the unpacked sdist against it. The
+# sdist's own jdata/ stays (the doc checks read it) but cannot shadow the wheel: Python is run
+# with PYTHONSAFEPATH (no current directory on sys.path) and pytest appends the sdist's root
+# after site-packages. The demos are not in the wheel: their tests run in `make test`.
 WHEEL_VENV := .venv-wheel
 WHEEL_CHECK := build/wheel-check
 test-wheel: $(INSTALLED)
@@ -43,9 +44,11 @@ test-wheel: $(INSTALLED)
 	$(WHEEL_VENV)/bin/python -m pip install --quiet "$$(ls dist/*.whl)[test]"
 	mkdir -p $(WHEEL_CHECK)
 	tar xzf dist/*.tar.gz -C $(WHEEL_CHECK) --strip-components=1
-	rm -rf $(WHEEL_CHECK)/jdata
-	cd $(WHEEL_CHECK) && ../../$(WHEEL_VENV)/bin/python -m pytest -q -p no:cacheprovider \
-		-m "not slow" --ignore=tests/test_demo.py --ignore=tests/test_demo_service.py tests
+	cd $(WHEEL_CHECK) && PYTHONSAFEPATH=1 ../../$(WHEEL_VENV)/bin/python -c \
+		"import jdata, sys; sys.exit(0 if '/site-packages/' in jdata.__file__ else jdata.__file__)"
+	cd $(WHEEL_CHECK) && PYTHONSAFEPATH=1 ../../$(WHEEL_VENV)/bin/python -m pytest -q \
+		-p no:cacheprovider --import-mode=append -m "not slow" \
+		--ignore=tests/test_demo.py --ignore=tests/test_demo_service.py tests
 
 # The docs site (mkdocs, API reference from the docstrings), warnings as errors.
 docs: $(INSTALLED)
