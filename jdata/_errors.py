@@ -169,11 +169,11 @@ class WorkerImportError(ServiceError):
 
 
 class IteratorClosedError(ValueError):
-    """``next()`` (or ``set_state()``) on a ``DatasetIterator`` after its ``close()``: its
-    threads, worker processes and buffers are gone, so it can go no further (a
-    ``ValueError``, as Python's own operations on a closed file). Make a new one with
-    ``ds.iterator()``, or ``ds.iterator(state)`` to go on from a state: ``get_state()``
-    still works after ``close()`` and says where the iterator stopped."""
+    """``next()``, ``get_state()`` or ``set_state()`` on a ``DatasetIterator`` after its
+    ``close()``: its threads, worker processes and buffers are gone, so it can go no
+    further and has no position left to say (a ``ValueError``, as Python's own operations
+    on a closed file). Make a new one with ``ds.iterator()``, or ``ds.iterator(state)``
+    with a state taken before ``close()`` to go on from there."""
 
 
 class WorkerError(RuntimeError):

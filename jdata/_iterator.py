@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import threading
@@ -51,7 +50,6 @@ class DatasetIterator:
         self._ctx = ctx
         self._epochs = epochs
         self._closed = False
-        self._final_state: dict[str, Any] | Exception | None = None  # get_state() once closed
         if state is not None:
             state, epoch = self._checked(state)
         self._epoch = epoch
@@ -75,9 +73,9 @@ class DatasetIterator:
         return self._epoch
 
     def get_state(self) -> dict[str, Any]:
-        """The iterator's position as JSON-able data (after ``close()``: where it stopped)."""
+        """The iterator's position as JSON-able data (refused after ``close()``)."""
         if self._closed:
-            return self._state_at_close()
+            _CLOSED.refuse("get_state()")
         return {"version": _STATE_VERSION, "plan": self._signature, "facts": self._facts,
                 "epoch": self._epoch, "state": self._root.get_state()}
 
@@ -169,29 +167,16 @@ class DatasetIterator:
     def close(self) -> None:
         """Stops the iterator and releases its resources. Idempotent.
 
-        After it, ``next()`` raises ``IteratorClosedError`` (a ``ValueError``) at
-        once; ``get_state()`` still says where the iterator stopped.
+        After it, ``next()``, ``get_state()`` and ``set_state()`` raise
+        ``IteratorClosedError`` (a ``ValueError``) at once: take the state before
+        closing (closing drops buffered elements, so no state is left to take), and
+        make a new iterator to go on.
 
         Worker processes are kept for the dataset's next iterator unless this
         is the last open one (``jdata.runtime.persistent``); an iterator that is
         dropped without ``close()``, as a ``for`` loop drops it, keeps them.
         """
-        if not self._closed:
-            # Taken before the engines stop: closing drops buffered elements, after which
-            # their state would no longer say which elements were delivered.
-            try:
-                self._final_state = self.get_state()
-            except Exception as e:  # a broken pipeline still closes; get_state says why
-                self._final_state = e
         self._close(release=True)
-
-    def _state_at_close(self) -> dict[str, Any]:
-        final = self._final_state
-        if isinstance(final, dict):
-            return copy.deepcopy(final)
-        raise IteratorClosedError(
-            f"get_state() on a closed iterator: its state could not be taken at close() "
-            f"({final!r}); restore from the last state taken before") from final
 
     def _close(self, release: bool) -> None:
         if not self._closed:
@@ -245,8 +230,8 @@ class _Closed:
     def refuse(what: str) -> NoReturn:
         raise IteratorClosedError(
             f"{what} on a closed iterator: close() released its threads, processes and "
-            "buffers. Make a new one with ds.iterator(), or ds.iterator(it.get_state()) to "
-            "go on from where it stopped (get_state() still works after close())")
+            "buffers. Make a new one with ds.iterator(), or ds.iterator(state) with a state "
+            "taken by get_state() before close() to go on from there")
 
 
 _CLOSED = _Closed()

@@ -37,8 +37,9 @@ def _pipelines() -> dict:
 ENGINES = sorted(_pipelines())
 
 
-def _check_closed(it, pipeline: jdata.Dataset, taken: list) -> None:
-    """``it`` is closed: next() and set_state() refuse, get_state() resumes the rest."""
+def _check_closed(it, pipeline: jdata.Dataset, taken: list, state) -> None:
+    """``it`` is closed: next(), get_state() and set_state() refuse; ``state``, taken
+    before close(), resumes the rest."""
     with pytest.raises(IteratorClosedError, match=r"next\(\) on a closed iterator") as raised:
         next(it)
     assert "ds.iterator()" in str(raised.value)
@@ -46,8 +47,11 @@ def _check_closed(it, pipeline: jdata.Dataset, taken: list) -> None:
     with pytest.raises(IteratorClosedError):  # a second try too: no engine state is reached
         next(it)
     with pytest.raises(IteratorClosedError, match=r"set_state\(\) on a closed iterator"):
-        it.set_state(it.get_state())
-    rest = [value.tolist() for value in pipeline.iterator(it.get_state())]
+        it.set_state(state)
+    # Closing drops buffered elements: no state is left to take, and none is made up.
+    with pytest.raises(IteratorClosedError, match=r"get_state\(\) on a closed iterator"):
+        it.get_state()
+    rest = [value.tolist() for value in pipeline.iterator(state)]
     whole = [value.tolist() for value in pipeline.iterator()]
     assert taken + rest == whole
 
@@ -58,8 +62,9 @@ def test_next_after_close_raises_at_once(engine):
     pipeline = _pipelines()[engine]
     it = pipeline.iterator()
     taken = [next(it).tolist() for _ in range(3)]
+    state = it.get_state()
     it.close()
-    _check_closed(it, pipeline, taken)
+    _check_closed(it, pipeline, taken, state)
 
 
 @pytest.mark.timeout(120)
@@ -68,21 +73,24 @@ def test_an_iterator_closed_by_its_with_block_refuses_too(engine):
     pipeline = _pipelines()[engine]
     with pipeline.iterator() as it:
         taken = [next(it).tolist()]
-    _check_closed(it, pipeline, taken)
+        state = it.get_state()
+    _check_closed(it, pipeline, taken, state)
 
 
 @pytest.mark.timeout(120)
 def test_an_iterator_closed_before_its_first_element_and_after_its_last():
     pipeline = _pipelines()["threads"]
     fresh = pipeline.iterator()
+    state = fresh.get_state()
     fresh.close()
-    _check_closed(fresh, pipeline, [])
+    _check_closed(fresh, pipeline, [], state)
     done = pipeline.iterator()
     taken = [x.tolist() for x in done]
     with pytest.raises(StopIteration):  # exhausted, still open: the end of the data
         next(done)
+    state = done.get_state()
     done.close()
-    _check_closed(done, pipeline, taken)
+    _check_closed(done, pipeline, taken, state)
 
 
 def _shuffled() -> jdata.Dataset:
@@ -100,10 +108,11 @@ def test_an_iterator_restored_to_another_epoch_refuses_after_close():
     it = pipeline.iterator()  # epoch 1: set_state swaps in a new root, for epoch 0
     it.set_state(state)
     taken.append(next(it).tolist())
+    state = it.get_state()
     it.close()
     with pytest.raises(IteratorClosedError):
         next(it)
-    assert taken + [x.tolist() for x in pipeline.iterator(it.get_state())] == epoch0
+    assert taken + [x.tolist() for x in pipeline.iterator(state)] == epoch0
 
 
 @pytest.mark.slow

@@ -131,5 +131,5 @@ def test_without_keras_the_error_names_the_extra(monkeypatch):
     import jdata.keras
 
     monkeypatch.setitem(sys.modules, "keras.src.trainers.data_adapters.data_adapter", None)
-    with pytest.raises(ImportError, match=r"pip install 'jdata\[keras\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'jdata-jax\[keras\]'"):
         jdata.keras._adapter_class.__wrapped__()  # uncached: the import is tried again
