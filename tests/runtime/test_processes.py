@@ -182,9 +182,14 @@ def test_a_killed_worker_raises_instead_of_hanging_and_a_restore_goes_on():
 def test_ctrl_c_leaves_no_processes_or_segments(tmp_path):
     script = tmp_path / "interrupted.py"
     script.write_text(textwrap.dedent("""
+        import signal
         import time
         import numpy as np
         import jdata
+
+        # As in a terminal: a test run started in the background (`nohup make test &`)
+        # has SIGINT ignored, and a child inherits that disposition.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
         def slow(x):
             time.sleep(0.05)
