@@ -11,8 +11,9 @@ import numpy as np
 
 from jdata import _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
-from jdata.runtime import persistent, states
+from jdata.runtime import opsummary, persistent, states
 from jdata.runtime.context import Context
+from jdata.runtime.opregistry import OpRegistry
 
 _STATE_VERSION = 3
 # Version 1 states (before the plan's facts were recorded) restore without that
@@ -49,8 +50,10 @@ class DatasetIterator:
             state, epoch = self._checked(state)
         self._epoch = epoch
         ctx.pool_home = node
+        ctx.ops = OpRegistry(node)
         persistent.opened(node)
         self._root = _planner.make_iterator(node, ctx, epoch)
+        ctx.ops.watch_output()
         if state is not None:
             self._restore(self._root, state["state"])
             self._restored(epoch)
@@ -97,6 +100,7 @@ class DatasetIterator:
                 raise
             self._root, old = root, self._root
             self._epoch = epoch
+            self._ctx.ops.watch_output()
             old.close()
         self._restored(epoch)
 
@@ -137,12 +141,15 @@ class DatasetIterator:
             self._epochs.restart_after(epoch)
 
     def stats(self):
-        """Statistics of the pipeline's asynchronous stages and the autotuner's decisions.
+        """Statistics of the pipeline's stages and ops, and the autotuner's decisions.
 
-        Returns a ``PipelineStats``: ``print`` it for a table (throughput,
-        latency, parallelism, buffer fill, time the consumer waited, engine
-        and why), read ``.rows`` and ``.history`` as data, or ``.plot()`` the
-        tuned knobs over time (needs matplotlib).
+        Returns a ``PipelineStats``: ``print`` it for a table of the
+        asynchronous stages (throughput, latency, parallelism, buffer fill,
+        time the consumer waited, engine and why), a table of every op of the
+        plan (elements, own time, bytes, share of the consumer's wait; named
+        as ``explain()`` names them) and a bottleneck hint; read ``.rows``,
+        ``.ops``, ``.bottleneck`` and ``.history`` as data, or ``.plot()``
+        them over time (needs matplotlib). See ``docs/slow.md``.
 
         >>> import jdata
         >>> ds = jdata.range(1000).map(lambda x: x + 1, num_parallel_calls=2).prefetch(2)
@@ -150,8 +157,11 @@ class DatasetIterator:
         >>> total = sum(int(x) for x in it)
         >>> [row["elements"] for row in it.stats().rows]
         [1000, 1000]
+        >>> [(op["op"], op["elements"]) for op in it.stats().ops]
+        [('prefetch', 1000), ('map(<lambda>)', 1000), ('range', 1000)]
         """
-        return self._ctx.autotuner().stats()
+        ops, bottleneck = opsummary.summarize(self._ctx.ops)
+        return self._ctx.autotuner().stats(ops, bottleneck, self._ctx.ops.throughput())
 
     def close(self) -> None:
         """Stops the iterator and releases its resources. Idempotent.

@@ -21,6 +21,9 @@ class Context:
     # The dataset's optimized plan, under which worker processes are parked for its
     # later iterators (jdata.runtime.persistent); None (a worker's context): never.
     pool_home: object = None
+    # The per-op tallies of an iterator's plan (jdata.runtime.opregistry.OpRegistry); None
+    # (a probe's or a worker's context): ops are not counted.
+    ops: object = None
 
     def __post_init__(self):
         # The pipeline's ram_budget counts for the whole process while it lives.
