@@ -212,7 +212,9 @@ class Dataset:
         return _fingerprint.fingerprint(self._node)
 
     def explain(self) -> str:
-        """The optimized plan as text, output op first, with each op's cardinality.
+        """The optimized plan as text, output op first, with each op's cardinality
+        and name (``op: ...``, the name ``it.stats()``, its plots and profiler traces
+        give the op: its UDFs', a fused op's parts').
 
         Then, for each optimizer rule that fired, the plan it was given (what
         it produced is the next rule's input, or the plan printed first);
@@ -221,8 +223,8 @@ class Dataset:
         >>> import jdata
         >>> print(jdata.range(8).map(abs).map(abs).explain())
         Plan (optimizer rules fired: map_fusion)
-        Map(fn=abs.abs)  [8]
-          Range(start=0, stop=8, step=1)  [8]
+        Map(fn=abs.abs)  [8]  op: map(abs)+map(abs)
+          Range(start=0, stop=8, step=1)  [8]  op: range
         <BLANKLINE>
         map_fusion, before:
           Map(fn=abs)  [8]
@@ -233,9 +235,9 @@ class Dataset:
         result = self._optimize()
         names = ", ".join(f.rule for f in result.fired) or "none"
         lines = [f"Plan (optimizer rules fired: {names})"]
-        lines += _explain(result.plan, 0, ctx)
+        lines += _explain(result.plan, 0, ctx, _plan.op_labels(result.plan))
         for fired in result.fired:
-            lines += ["", f"{fired.rule}, before:"] + _explain(fired.before, 1, ctx)
+            lines += ["", f"{fired.rule}, before:"] + _explain(fired.before, 1, ctx, {})
             lines += [f"  ({note})" for note in fired.notes]
         return "\n".join(lines)
 
@@ -1060,12 +1062,14 @@ def check_inputs_combine(node: _plan.Node) -> _plan.Node:
     return node
 
 
-def _explain(node: _plan.Node, indent: int, ctx: Context) -> list[str]:
+def _explain(node: _plan.Node, indent: int, ctx: Context, names: dict[int, str]) -> list[str]:
     line = "  " * indent + f"{node}  [{_count(node.cardinality())}]"
+    if id(node) in names:  # the plan that runs: its ops' names, as stats() gives them
+        line += f"  op: {names[id(node)]}"
     where = engine.describe_engine(node, ctx)
     lines = [f"{line}  {where}" if where else line]
     for child in node.inputs():
-        lines += _explain(child, indent + 1, ctx)
+        lines += _explain(child, indent + 1, ctx, names)
     return lines
 
 

@@ -12,8 +12,9 @@ import numpy as np
 from jdata import _html, _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import IteratorClosedError
-from jdata.runtime import persistent, states
+from jdata.runtime import opsummary, persistent, states
 from jdata.runtime.context import Context
+from jdata.runtime.opregistry import OpRegistry
 
 if TYPE_CHECKING:
     from jdata.runtime.stats import PipelineStats
@@ -54,9 +55,11 @@ class DatasetIterator:
             state, epoch = self._checked(state)
         self._epoch = epoch
         ctx.pool_home = node
+        self._ops = ctx.ops = OpRegistry(node)  # the context's, typed
         persistent.opened(node)
         self._root = _planner.make_iterator(node, ctx, epoch)
         self._stream: Any = self._root  # what next() reads: _CLOSED once closed
+        self._ops.watch_output()
         if state is not None:
             self._restore(self._root, state["state"])
             self._restored(epoch)
@@ -108,6 +111,7 @@ class DatasetIterator:
             self._root, old = root, self._root
             self._stream = root
             self._epoch = epoch
+            self._ops.watch_output()
             old.close()
         self._restored(epoch)
 
@@ -148,12 +152,15 @@ class DatasetIterator:
             self._epochs.restart_after(epoch)
 
     def stats(self) -> PipelineStats:
-        """Statistics of the pipeline's asynchronous stages and the autotuner's decisions.
+        """Statistics of the pipeline's stages and ops, and the autotuner's decisions.
 
-        Returns a ``PipelineStats``: ``print`` it for a table (throughput,
-        latency, parallelism, buffer fill, time the consumer waited, engine
-        and why), read ``.rows`` and ``.history`` as data, or ``.plot()`` the
-        tuned knobs over time (needs matplotlib).
+        Returns a ``PipelineStats``: ``print`` it for a table of the
+        asynchronous stages (throughput, latency, parallelism, buffer fill,
+        time the consumer waited, engine and why), a table of every op of the
+        plan (elements, own time, bytes, share of the consumer's wait; named
+        as ``explain()`` names them) and a bottleneck hint; read ``.rows``,
+        ``.ops``, ``.bottleneck`` and ``.history`` as data, or ``.plot()``
+        them over time (needs matplotlib). See ``docs/slow.md``.
 
         >>> import jdata
         >>> ds = jdata.range(1000).map(lambda x: x + 1, num_parallel_calls=2).prefetch(2)
@@ -161,8 +168,11 @@ class DatasetIterator:
         >>> total = sum(int(x) for x in it)
         >>> [row["elements"] for row in it.stats().rows]
         [1000, 1000]
+        >>> [(op["op"], op["elements"]) for op in it.stats().ops]
+        [('prefetch', 1000), ('map(<lambda>)', 1000), ('range', 1000)]
         """
-        return self._ctx.autotuner().stats()
+        ops, bottleneck = opsummary.summarize(self._ops)
+        return self._ctx.autotuner().stats(ops, bottleneck, self._ops.throughput())
 
     def close(self) -> None:
         """Stops the iterator and releases its resources. Idempotent.
@@ -201,7 +211,9 @@ class DatasetIterator:
         rows = [("state", "closed" if self._closed else "open"), ("epoch", str(self._epoch)),
                 ("engine", f"Options(engine={self._ctx.options.engine!r})")]
         plan = _html.described(
-            lambda: "\n".join(_dataset._explain(self._node, 0, self._ctx)), str(self._node))
+            lambda: "\n".join(_dataset._explain(self._node, 0, self._ctx,
+                                                _plan.op_labels(self._node))),
+            str(self._node))
         return _html.block("jdata.DatasetIterator", rows, plan)
 
     def __enter__(self) -> Self:

@@ -7,7 +7,10 @@ fingerprintable. Rewrites build new nodes with ``dataclasses.replace``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
+import types
 import weakref
 from typing import Any, ClassVar, NamedTuple
 
@@ -87,6 +90,11 @@ class Node:
         """The user function this op runs on its pool (threads or worker processes), if any:
         what decides the engine (``runtime.engine``)."""
         return None
+
+    def op_parts(self) -> tuple[tuple[str, Any], ...]:
+        """The ops a fused node was made of, as ``(op name, UDF or None)`` in the order they
+        apply, for its name (``op_label``); empty for a node of one op."""
+        return ()
 
     def sharded(self, num_shards: int, index: int) -> Node:
         """This source reading only shard ``index`` of ``num_shards`` (``reads_shards``)."""
@@ -180,6 +188,51 @@ def _describe(value, name: str = "") -> str:
     if isinstance(value, np.ndarray):  # one line, e.g. a fused random_map's stacked keys
         text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def udf_label(fn) -> str:
+    """A UDF's short name in op names: a function's ``__name__``, else its ``__qualname__``."""
+    fn = getattr(fn, "func", fn) if isinstance(fn, functools.partial) else fn
+    if isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)):
+        return fn.__name__
+    return getattr(fn, "__qualname__", type(fn).__name__)
+
+
+def op_label(node: Node) -> str:
+    """What ``explain()``, ``stats()``, plots and traces call an op: its name and UDFs,
+    e.g. ``map(decode)``; a fused op names its parts, e.g. ``map(decode)+map(crop)``."""
+    if node.op_parts():
+        return "+".join(_part_label(op, fn) for op, fn in node.op_parts())
+    udfs = [v for v in node.params().values() if callable(v) and not isinstance(v, type)]
+    if len(udfs) == 1 and getattr(udfs[0], "op_parts", None):
+        return "+".join(_part_label(op, fn) for op, fn in udfs[0].op_parts)
+    return f"{node.op_name}({', '.join(map(udf_label, udfs))})" if udfs else node.op_name
+
+
+def _part_label(op: str, fn) -> str:
+    if fn is None:
+        return op
+    parts = getattr(fn, "op_parts", None)
+    if parts:  # fused again: its parts in order
+        return "+".join(_part_label(o, f) for o, f in parts)
+    return f"{op}({udf_label(fn)})"
+
+
+def op_labels(plan: Node) -> dict[int, str]:
+    """``op_label`` of every node of the plan, by ``id``; ops that would share a name are
+    numbered in the order they apply (``map(<lambda>) #1``, ``map(<lambda>) #2``)."""
+    # Inputs first (#1 is applied first); a node reached twice (a shared input) once.
+    nodes = list({id(n): n for n in list(walk(plan))[::-1]}.values())
+    labels = [op_label(n) for n in nodes]
+    counts = collections.Counter(labels)
+    seen: collections.Counter = collections.Counter()
+    out = {}
+    for n, label in zip(nodes, labels):
+        if counts[label] > 1:
+            seen[label] += 1
+            label = f"{label} #{seen[label]}"
+        out[id(n)] = label
+    return out
 
 
 def walk(node: Node):

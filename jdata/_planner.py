@@ -12,7 +12,7 @@ import functools
 from typing import Callable
 
 from jdata._constants import AUTOTUNE
-from jdata._plan import Node, walk
+from jdata._plan import Node, op_label, walk
 from jdata.runtime import engine, executors, parallel
 from jdata.runtime.context import Context
 from jdata.runtime.iterator import IndexIterator, Iterator, Reader, Tunable
@@ -33,8 +33,10 @@ def register(node_type: type, *, iterator: IteratorFactory | None = None,
 
 
 def make_reader(node: Node, ctx: Context, epoch: int) -> Reader:
-    """A reader of a node whose ``random_access()`` is true."""
-    return _READERS[type(node)](node, ctx, epoch)
+    """A reader of a node whose ``random_access()`` is true (counted: ``ctx.ops``)."""
+    reader = _READERS[type(node)](node, ctx, epoch)
+    ops = getattr(ctx, "ops", None)  # None: a reader built alone, with no context
+    return reader if ops is None else ops.reader(node, reader)
 
 
 def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
@@ -56,11 +58,19 @@ def make_iterator(node: Node, ctx: Context, epoch: int = 0) -> Iterator:
     except KeyError:
         raise NotImplementedError(f"no iterator registered for {type(node).__name__}") from None
     iterator = factory(node, ctx, epoch)
+    stage = None
     if isinstance(iterator, Tunable):
-        ctx.autotuner().register(iterator, str(node),
+        ctx.autotuner().register(iterator, _label(node, ctx),
                                  node.parallel and node.num_parallel_calls == AUTOTUNE,
                                  node.tunable_buffer and node.buffer_size == AUTOTUNE)
-    return iterator
+        stage = iterator.stats
+    return iterator if ctx.ops is None else ctx.ops.iterator(node, iterator, stage)
+
+
+def _label(node: Node, ctx: Context) -> str:
+    """A stage's name: its op's, as ``explain()`` prints it."""
+    name = ctx.ops.name(node) if ctx.ops is not None else None
+    return name or op_label(node)
 
 
 def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
@@ -71,17 +81,22 @@ def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
     # epoch comes with each task, so the workers serve the dataset's later
     # iterators too (parked under its plan: jdata.runtime.persistent).
     iterator = parallel.ParallelIndexIterator(
-        functools.partial(_subtree_reader, node, options), parallelism, deterministic,
+        functools.partial(_subtree_reader, node, options,
+                          ctx.ops.workers() if ctx.ops is not None else None),
+        parallelism, deterministic,
         engine.subtree_engine(node, ctx), options.cpu_budget, engine.engine_key(node),
         node.op_name, epoch, ctx.pool_home, (node, options))
-    ops = " <- ".join(n.op_name for n in walk(node))
+    ops = " <- ".join(_label(n, ctx) for n in walk(node))
     autotuned = any(n.parallel and n.num_parallel_calls == AUTOTUNE for n in walk(node))
     ctx.autotuner().register(iterator, f"{ops} (by index)", autotuned, False)
-    return iterator
+    if ctx.ops is None:
+        return iterator
+    return ctx.ops.by_index_stage(node, iterator, iterator.stats)
 
 
-def _subtree_reader(node: Node, options, epoch: int):
-    return make_reader(node, Context(options), epoch)
+def _subtree_reader(node: Node, options, ops, epoch: int):
+    # ``ops`` counts the readers' ops on worker threads; it reaches a process as None.
+    return make_reader(node, Context(options, ops=ops), epoch)
 
 
 def parallel_map(node: Node, ctx: Context, epoch: int, fn: Callable, threads: int,

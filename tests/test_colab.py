@@ -30,3 +30,7 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs)
     assert ("resumed exactly" in text) if name == "quickstart.ipynb" else ("loss after" in text)
+    if name == "quickstart.ipynb":  # the statistics show as HTML tables, the plot draws
+        shown = [o.get("data", {}) for o in outputs]
+        assert any("<table>" in d.get("text/html", "") for d in shown)
+        assert any("image/png" in d for d in shown)

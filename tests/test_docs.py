@@ -27,7 +27,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Every guide of the site (mkdocs.yml), so a new one's blocks run too.
 DOCS = tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
 # The guides the README links to.
-GUIDES = ("docs/migration.md", "docs/design.md", "docs/service.md", "docs/recipes.md")
+GUIDES = ("docs/migration.md", "docs/design.md", "docs/service.md", "docs/recipes.md",
+          "docs/slow.md")
 _FENCE = re.compile(r"^```(\S*)[ \t]*([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 _TAGS = ("", "tf.data")
 # The libraries a ``needs`` block may name (a typo must not pass as a library).

@@ -42,7 +42,8 @@ def test_an_iterator_shows_open_or_closed_its_epoch_engine_and_plan():
         in out
     assert "<th style=\"text-align:left\">epoch</th><td style=\"text-align:left\">1</td>" in out
     assert "Options(engine=&#x27;auto&#x27;)" in out
-    assert "&lt;lambda&gt;, num_parallel_calls=2)  [4]  engine: threads" in out
+    assert ("&lt;lambda&gt;, num_parallel_calls=2)  [4]  op: map(&lt;lambda&gt;)  engine: threads"
+            in out)
     assert "Range(start=0, stop=4, step=1)  [4]" in out
     assert "&lt;lambda&gt;" in out and "<lambda>" not in out
     assert repr(it) == f"<jdata.DatasetIterator open, epoch 1, plan {it._node}>"

@@ -25,11 +25,14 @@ def test_explain_lists_every_op_with_cardinality():
     lines = text.splitlines()
     assert lines[0] == "Plan (optimizer rules fired: inject_prefetch)"
     assert lines[1].startswith("Prefetch(buffer_size=AUTOTUNE, injected")
-    assert lines[2].strip().startswith("Batch(batch_size=4)") and lines[2].endswith("[unknown]")
+    # Each op of the plan that runs ends with its name, as stats() and traces give it.
+    assert lines[2].strip().startswith("Batch(batch_size=4)") and lines[2].endswith(
+        "[unknown]  op: batch")
     assert "RandomMap(fn=_pipeline.<locals>.<lambda>" in lines[3]
+    assert lines[3].endswith("op: random_map(<lambda>)")
     assert lines[4].strip().startswith("Filter(")
-    assert lines[5].strip().startswith("Map(") and lines[5].endswith("[20]")
-    assert lines[6].strip() == "Range(start=0, stop=20, step=1)  [20]"
+    assert lines[5].strip().startswith("Map(") and lines[5].endswith("[20]  op: map(<lambda>)")
+    assert lines[6].strip() == "Range(start=0, stop=20, step=1)  [20]  op: range"
     assert lines[8] == "inject_prefetch, before:"  # then the plan the rule was given
 
 

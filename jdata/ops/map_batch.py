@@ -34,6 +34,9 @@ class MapBatchNode(Node):
     parallel: ClassVar[bool] = True
     batching: ClassVar[bool] = True
 
+    def op_parts(self):
+        return (("map", self.fn), ("batch", None))
+
     def cardinality(self) -> int:
         return batch_op.batched_cardinality(self.input.cardinality(), self.batch_size,
                                             self.drop_remainder)

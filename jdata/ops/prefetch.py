@@ -8,7 +8,7 @@ from typing import ClassVar
 from jdata import _planner
 from jdata._constants import AUTOTUNE
 from jdata._plan import Node
-from jdata.runtime import parallel, prefetch
+from jdata.runtime import opstats, parallel, prefetch
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -52,7 +52,7 @@ def _iterator(node: PrefetchNode, ctx, epoch: int):
         return input_iterator
     size = AUTOTUNE_BUFFER if node.buffer_size == AUTOTUNE else node.buffer_size
     if (node.buffer_size == AUTOTUNE and ctx.options.autotune
-            and isinstance(input_iterator, parallel.Pooled)):
+            and isinstance(opstats.counted(input_iterator), parallel.Pooled)):
         # Right over a parallel stage, which computes ahead on its own workers: a
         # thread handoff per element pays only when the consumer has work of its own
         # to overlap, so it starts synchronous, as the injected prefetch does, and the

@@ -21,6 +21,7 @@ class _Both:
     def __init__(self, p, q):
         self.p, self.q = p, q
         self.__qualname__ = f"{udf_name(p)}&{udf_name(q)}"
+        self.op_parts = (("filter", p), ("filter", q))  # how stats and traces name it
 
     def __call__(self, *args):
         if not predicate_result(self.p(*args), "filter", None):

@@ -39,6 +39,7 @@ class _MapThenPredicate:
     def __init__(self, f, p):
         self.f, self.p = f, p
         self.__qualname__ = f"{udf_name(f)}+{udf_name(p)}"
+        self.op_parts = (("map", f), ("filter", p))  # how stats and traces name it
 
     def __call__(self, *args):
         y = _tree.normalize(self.f(*args), "map")

@@ -26,6 +26,7 @@ class _Composed:
     def __init__(self, f, g):
         self.f, self.g = f, g
         self.__qualname__ = f"{udf_name(g)}.{udf_name(f)}"
+        self.op_parts = (("map", f), ("map", g))  # how stats and traces name the fused map
 
     def __call__(self, *args):
         middle = _tree.normalize(self.f(*args), "map")
@@ -38,6 +39,7 @@ class _ComposedTraced:
     def __init__(self, f, g):
         self.f, self.g = f, g
         self.__qualname__ = f"{udf_name(g)}.{udf_name(f)}"
+        self.op_parts = (("map", f), ("map", g))
 
     def __call__(self, *args):
         middle = self.f(*args)

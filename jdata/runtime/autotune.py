@@ -137,10 +137,12 @@ class Autotuner:
         with self._lock:
             return [it for it in (r() for r in self._stages) if it is not None]
 
-    def stats(self) -> PipelineStats:
+    def stats(self, ops: list[dict] | None = None, bottleneck: str | None = None,
+              throughput: list[dict] | None = None) -> PipelineStats:
         return PipelineStats.build([it.stats for it in self.live()], self.history,
                                    self.samples, self.enabled,
-                                   [dict(d) for d in self.dropped])
+                                   [dict(d) for d in self.dropped], ops, bottleneck,
+                                   throughput)
 
     def count_dropped(self, label: str) -> dict:
         """A counter of elements an ``ignore_errors`` op dropped, shown by ``stats()``."""

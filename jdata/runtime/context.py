@@ -28,6 +28,9 @@ class Context:
     # Set for the iterators that read a few elements to find an element_spec
     # (jdata.runtime.probe): from_generator keeps what they read for the real pass.
     probing: bool = False
+    # The per-op tallies of an iterator's plan (jdata.runtime.opregistry.OpRegistry); None
+    # (a probe's or a worker's context): ops are not counted.
+    ops: object = None
 
     def __post_init__(self):
         # The pipeline's ram_budget counts for the whole process while it lives.

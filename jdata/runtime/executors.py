@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Callable
 
+from jdata.runtime import trace
+
 
 # jdata's daemon threads inside a call (a UDF, a pull) right now. At interpreter exit they
 # are given up to _EXIT_WAIT_SEC to finish it and take no more: a thread still inside
@@ -142,8 +144,9 @@ class ThreadExecutor:
     Holds ``cpu_budget`` threads; a gate lets ``workers`` of them compute at once.
     """
 
-    def __init__(self, job: Callable, workers: int, cpu_budget: int):
+    def __init__(self, job: Callable, workers: int, cpu_budget: int, stats=None):
         self._job = job
+        self._stats = stats  # the stage's OpStats: its label names its slices in traces
         self._gate = _Gate(workers)
         self._threads = _DaemonThreads(max(workers, cpu_budget))
 
@@ -153,7 +156,8 @@ class ThreadExecutor:
     def _run(self, items):
         with self._gate:
             start, cpu_start = time.perf_counter(), time.thread_time()
-            outcomes = self._job(items)
+            outcomes = (trace.call(self._stats.label, self._job, items)
+                        if self._stats is not None else self._job(items))
             return outcomes, (start, time.perf_counter(), time.thread_time() - cpu_start)
 
     def submit(self, items) -> cf.Future:

@@ -193,7 +193,8 @@ class Pool:
                 kept.resize(self.parallelism)
                 return kept
             return processes.ProcessExecutor(self.job, self.parallelism)
-        return executors.ThreadExecutor(self.job, self.parallelism, self.cpu_budget)
+        return executors.ThreadExecutor(self.job, self.parallelism, self.cpu_budget,
+                                        self.stats)
 
     def resize(self, parallelism: int) -> None:
         self.parallelism = self.stats.parallelism = parallelism
@@ -222,20 +223,19 @@ class Pool:
 
         The oldest chunk when deterministic, else whichever finishes first.
         """
+        start = time.perf_counter()
         if deterministic:
             tags, items, future = self.inflight.popleft()
+            ready = future.done()
         else:
+            # The wait for the first chunk to finish is the consumer's wait too.
+            ready = any(f.done() for _, _, f in self.inflight)
             done, _ = cf.wait([f for _, _, f in self.inflight], return_when=cf.FIRST_COMPLETED)
             position = next(i for i, (_, _, f) in enumerate(self.inflight) if f in done)
             tags, items, future = self.inflight[position]
             del self.inflight[position]
-        if future.done():
-            waited = 0.0
-            outcomes, timing = self._result(tags, items, future)
-        else:
-            start = time.perf_counter()
-            outcomes, timing = self._result(tags, items, future)
-            waited = time.perf_counter() - start
+        outcomes, timing = self._result(tags, items, future)
+        waited = 0.0 if ready else time.perf_counter() - start
         self._record(outcomes, timing, waited)
         if self.chooser is not None:  # measuring on threads
             self._maybe_switch(timing, waited)
@@ -281,6 +281,7 @@ class Pool:
         stats = self.stats
         stats.elements += len(outcomes)
         stats.busy_sec += busy
+        stats.cpu_sec += timing[2]
         stats.wait_sec += waited
         stats.buffered = sum(len(tags) for tags, _, _ in self.inflight)
         if outcomes and outcomes[0].error is None:

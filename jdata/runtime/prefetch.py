@@ -6,7 +6,7 @@ import collections
 import threading
 import time
 
-from jdata.runtime import executors, memory
+from jdata.runtime import executors, memory, trace
 from jdata.runtime.iterator import Iterator, Tunable
 from jdata.runtime.outcomes import Outcome
 from jdata.runtime.stats import OpStats
@@ -102,7 +102,7 @@ class PrefetchIterator(Tunable):
                     before = self._input.snapshot()
                     enter(me)
                     try:
-                        outcome = Outcome(next(self._input))
+                        outcome = Outcome(trace.call(stats.label, next, self._input))
                     finally:
                         leave(me)
                     if stats.elements % _BYTES_SAMPLE_EVERY == 0:

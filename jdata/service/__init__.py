@@ -107,10 +107,8 @@ class Service:
         """The autoscaler's decisions as a figure (``pip install 'jdata-jax[plot]'``): the
         worker count and the consumers' batch time over time, a marker per decision.
         Saved to ``path`` when given; returns the matplotlib ``Figure``."""
-        matplotlib = require("matplotlib", "plot_scaling")
-        if path is not None:
-            matplotlib.use("Agg", force=False)
-        plt = require("matplotlib.pyplot", "plot_scaling")
+        from jdata.runtime.stats_plot import new_figure
+
         scaling = self.status().autoscaler
         if scaling is None:
             raise ValueError("plot_scaling: this service has a fixed worker count; start it "
@@ -118,8 +116,8 @@ class Service:
         decisions = scaling.decisions
         t0 = decisions[0].time if decisions else 0.0
         times = [d.time - t0 for d in decisions]
-        fig: Figure
-        fig, workers_ax = plt.subplots(figsize=(8, 4))
+        fig: Figure = new_figure("plot_scaling", path, (8, 4))
+        workers_ax = fig.subplots()
         workers_ax.step(times, [d.target for d in decisions], where="post", color="C0",
                         label="workers decided")
         workers_ax.plot(times, [d.workers for d in decisions], "o", color="C0",

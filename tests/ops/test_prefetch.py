@@ -47,7 +47,7 @@ def _busy_work(x, iterations=2000):
 
 
 def _prefetch_row(it) -> dict:
-    return next(r for r in it.stats().rows if r["stage"].startswith("Prefetch("))
+    return next(r for r in it.stats().rows if r["stage"].startswith("prefetch"))
 
 
 def test_autotune_prefetch_over_a_parallel_stage_starts_synchronous():
@@ -61,7 +61,7 @@ def test_autotune_prefetch_over_a_parallel_stage_starts_synchronous():
         # The autotuner may give it a buffer later (a loaded machine can make one pay):
         # what it started with is the first change's old value, or what it has now.
         changes = [h for h in stats.history
-                   if h["stage"].startswith("Prefetch(") and h["knob"] == "buffer_size"]
+                   if h["stage"] == "prefetch" and h["knob"] == "buffer_size"]
         started = changes[0]["old"] if changes else _prefetch_row(it)["buffer_size"]
         assert started == 0
     with ds.prefetch(3).iterator() as it:  # a number is a buffer of that size

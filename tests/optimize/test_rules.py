@@ -136,7 +136,7 @@ def test_the_injected_prefetch_gets_a_buffer_when_the_consumer_has_work():
             batches += 1
         prefetch = it.stats().rows[0]
     assert batches == 125
-    assert prefetch["stage"].startswith("Prefetch(") and prefetch["buffer_size"] > 0
+    assert prefetch["stage"] == "prefetch" and prefetch["buffer_size"] > 0
 
 
 def test_the_injected_prefetch_stays_synchronous_for_an_idle_consumer():
