@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 from jdata import errors as _errors
 from jdata._constants import AUTOTUNE
-from jdata._extras import require
 from jdata._validate import as_int
 from jdata.service import _ray, _version, transport
 from jdata.service._status import AutocacheStatus as AutocacheStatus
