@@ -34,3 +34,12 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
         shown = [o.get("data", {}) for o in outputs]
         assert any("<table>" in d.get("text/html", "") for d in shown)
         assert any("image/png" in d for d in shown)
+
+
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "multihost.ipynb"])
+def test_notebook_installs_jdata_under_colab_and_nowhere_else(name):
+    notebook = nbformat.read(os.path.join(COLAB, name), as_version=4)
+    first_code = next(c for c in notebook.cells if c.cell_type == "code").source
+    # The distribution's name (``jdata`` on the index is another project), only in Colab.
+    assert "install --quiet 'jdata-jax[io,plot]'" in first_code
+    assert "if 'google.colab' in sys.modules:" in first_code
