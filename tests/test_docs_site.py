@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Every public module the API reference documents, by its page.
 API_PAGES = {"jdata": "jdata.Dataset", "io": "jdata.io", "hosts": "jdata.hosts",
              "image": "jdata.ops.image", "service": "jdata.service",
-             "checkpoint": "jdata.checkpoint", "errors": "jdata.errors"}
+             "checkpoint": "jdata.checkpoint", "errors": "jdata.errors", "keras": "jdata.keras"}
 
 
 def _nav_files(nav) -> list[str]:
@@ -50,6 +50,13 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path):
     # Doctests render as code, not as nested quotes whose outputs read as links.
     assert "&gt;&gt;&gt; import jdata" in dataset_page and "<blockquote>" not in dataset_page
     assert 'id="jdata.service.start"' in (site / "api/service/index.html").read_text()
+    # Tagged blocks are code on the site, not paragraphs whose comments read as headings.
+    for guide in ("migration", "recipes"):
+        page = (site / guide / "index.html").read_text()
+        fences = (ROOT / f"docs/{guide}.md").read_text().count("\n```python")
+        assert "<p>```" not in page and page.count('class="language-python"') == fences, guide
+    assert '<h2 id="random-access-datasets-of-other-libraries"' in (
+        site / "recipes/index.html").read_text()
 
 
 def _doctest_fences():
@@ -66,3 +73,13 @@ def test_doctests_are_fenced_for_the_site_and_code_blocks_are_left_alone():
     assert _doctest_fences()(docstring) == (
         "Text.\n\n```pycon\n>>> [1, 2]\n[1, 2]\n```\n\nMore:\n  ```pycon\n  >>> x = 1\n  ```\n\n"
         "```python\n>>> shown as is\n```\n```pycon\n>>> last\n'end'\n```")
+
+
+def test_tagged_blocks_reach_the_site_as_python_code():
+    spec = importlib.util.spec_from_file_location("tagged_fences",
+                                                  ROOT / "docs/_ext/tagged_fences.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "a\n```python tf.data\nx = 1\n```\n```python needs torch\ny = 2\n```\n```python\nz\n```"
+    assert module.untag(text) == ("a\n```python\nx = 1\n```\n*Needs `torch` (not run by the "
+                                  "tests).*\n\n```python\ny = 2\n```\n```python\nz\n```")
