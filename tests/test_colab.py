@@ -1,6 +1,7 @@
 """The Colab notebooks run top to bottom (executed here with nbclient on a CPU kernel)."""
 
 import os
+import warnings
 
 import nbformat
 import pytest
@@ -38,7 +39,10 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["quickstart.ipynb", "multihost.ipynb"])
 def test_notebook_installs_jdata_under_colab_and_nowhere_else(name):
-    notebook = nbformat.read(os.path.join(COLAB, name), as_version=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a cell without an id: nbformat's future hard error
+        notebook = nbformat.read(os.path.join(COLAB, name), as_version=4)
+        nbformat.validate(notebook)
     first_code = next(c for c in notebook.cells if c.cell_type == "code").source
     # The distribution's name (``jdata`` on the index is another project), only in Colab.
     assert "install --quiet 'jdata-jax[io,plot]'" in first_code
