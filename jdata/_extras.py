@@ -29,6 +29,7 @@ _EXTRAS = {
     "zstandard": ("zstandard", "service"),
     "orbax": ("orbax-checkpoint", "orbax"),
     "matplotlib": ("matplotlib", "plot"),
+    "keras": ("keras", "keras"),
 }
 
 

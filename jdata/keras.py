@@ -38,6 +38,7 @@ import functools
 
 from jdata import _tree
 from jdata._constants import INFINITE, UNKNOWN
+from jdata._extras import require
 from jdata._spec import TensorSpec
 
 _PARTS = ("x", "y", "sample_weight")
@@ -60,7 +61,7 @@ def adapt(dataset):
       TypeError: ``dataset`` is not a ``jdata.Dataset``, or its elements hold
         something other than arrays (datasets, from ``window``).
       ValueError: its elements are not Keras batches (the message says why).
-      ImportError: Keras 3 is not installed.
+      MissingExtraError: Keras 3 is not installed (an ``ImportError``).
     """
     import jdata
 
@@ -99,11 +100,9 @@ def _check_batches(spec) -> None:
 @functools.cache
 def _adapter_class():
     """``DatasetAdapter``, made once Keras is imported (jdata itself never imports it)."""
-    try:
-        from keras.src.trainers.data_adapters.data_adapter import DataAdapter
-    except ImportError as e:
-        raise ImportError("jdata.keras needs Keras 3 (with its JAX backend: "
-                          "KERAS_BACKEND=jax): pip install 'jdata-jax[keras]'") from e
+    # Keras has no public path to its adapter base class: the one Keras 3 defines.
+    DataAdapter = require("keras.src.trainers.data_adapters.data_adapter",
+                          "jdata.keras (Keras 3, its JAX backend)").DataAdapter
 
     class DatasetAdapter(DataAdapter):
         """Feeds a ``jdata.Dataset`` to Keras, a fresh iterator per epoch (``adapt``)."""

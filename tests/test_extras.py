@@ -141,3 +141,15 @@ def test_plot_without_matplotlib(monkeypatch):
     with pytest.raises(ImportError) as info:
         stats.PipelineStats([], [], [], autotune=False).plot()
     _check(info, "PipelineStats.plot", "matplotlib", "plot")
+
+
+def test_every_extra_named_in_an_error_installs_the_module_it_names():
+    import pathlib
+    import re
+    import tomllib
+
+    pyproject = pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    for module, (distribution, extra) in _extras._EXTRAS.items():
+        names = {re.split(r"[<>=!\[; ]", dep, maxsplit=1)[0] for dep in extras[extra]}
+        assert distribution in names, (module, extra)
