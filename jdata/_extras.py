@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from jdata import _errors
 from jdata._errors import MissingExtraError as MissingExtraError
-
-DISTRIBUTION = _errors.DISTRIBUTION
 
 # Top-level module -> (the distribution that installs it, the jdata extra that lists it).
 _EXTRAS = {
@@ -31,11 +28,6 @@ _EXTRAS = {
     "matplotlib": ("matplotlib", "plot"),
     "keras": ("keras", "keras"),
 }
-
-
-def install_hint(extra: str) -> str:
-    """The shell line that installs jdata's ``extra``."""
-    return _errors.install_hint(extra)
 
 
 def require(module: str, feature: str):

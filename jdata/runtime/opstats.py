@@ -72,7 +72,7 @@ class Tally:
         cpu_start = time.thread_time() if self.worker else 0.0
         start = time.perf_counter()
         try:
-            out = trace.call(self.name, fn, *args) if tracing else fn(*args)
+            out = trace.sliced(self.name, fn, *args) if tracing else fn(*args)
         finally:
             self.sec += (time.perf_counter() - start) * self.period
             if self.worker:

@@ -14,7 +14,10 @@ enabled = TraceAnnotation.is_enabled
 
 def call(name: str, fn, *args):
     """``fn(*args)``, inside a slice ``name`` if a trace runs."""
-    if not enabled():
-        return fn(*args)
+    return sliced(name, fn, *args) if enabled() else fn(*args)
+
+
+def sliced(name: str, fn, *args):
+    """``fn(*args)`` inside a slice ``name``, for a caller that knows a trace runs."""
     with TraceAnnotation(name):
         return fn(*args)
