@@ -424,8 +424,16 @@ def connect(address: str | None = None, namespace: str = "jdata", *,
         raise _errors.ServiceNotFoundError(
             f"service.connect: no jdata dispatcher in namespace {namespace!r} at {at}; start "
             "one with service.start()") from None
-    _check_version(ray, handle, address, namespace, "service.connect", owned)
-    split_elements = split_elements or ray.get(handle.split_elements.remote())
+    try:
+        _check_version(ray, handle, address, namespace, "service.connect", owned)
+        split_elements = split_elements or ray.get(handle.split_elements.remote())
+    except ray.exceptions.RayActorError:  # stopped between the lookup and the first call
+        if owned:
+            ray.shutdown()
+        at = address or "this process's Ray"
+        raise _errors.ServiceNotFoundError(
+            f"service.connect: the jdata dispatcher in namespace {namespace!r} at {at} was "
+            "stopped while this process joined it; start one with service.start()") from None
     return Service(handle, ServiceRef(address, namespace, split_elements), owned)
 
 

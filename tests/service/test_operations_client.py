@@ -111,6 +111,34 @@ def test_a_dispatcher_of_another_protocol_is_refused_by_name(svc, request, kind,
     assert ray.get_actor(DISPATCHER_NAME, namespace=namespace)  # start made none of its own
 
 
+def test_a_dispatcher_stopped_while_joining_is_service_not_found(svc, monkeypatch):
+    """The race `jdata service start`'s watch loop met in CI: `stop` killed the dispatcher
+    after `connect` looked it up and before it asked its version (an ActorDiedError)."""
+    from jdata import service
+
+    ray = _ray.ray_module()
+    namespace = "jdata-stopped-while-joining"
+    stub = ray.remote(_OldDispatcher).options(name=DISPATCHER_NAME, namespace=namespace,
+                                              num_cpus=0).remote()
+    ray.get(stub.workers.remote(), timeout=_WAIT_SEC)  # it runs, under its name
+    lookup = ray.get_actor
+
+    def found_then_stopped(name, namespace=None):
+        handle = lookup(name, namespace=namespace)
+        ray.kill(handle, no_restart=True)
+        return handle
+
+    monkeypatch.setattr(ray, "get_actor", found_then_stopped)
+    with pytest.raises(jdata.ServiceNotFoundError,
+                       match=r"^service.connect: the jdata dispatcher in namespace "
+                             r"'jdata-stopped-while-joining' at this process's Ray was "
+                             r"stopped while this process joined it"):
+        service.connect(namespace=namespace)
+    monkeypatch.undo()
+    assert ray.is_initialized()  # the Ray connect did not make is not shut down
+    assert _ints(jdata.range(7).distribute(svc)) == list(range(7))
+
+
 # ------------------------------------------------------------------ joining
 
 
