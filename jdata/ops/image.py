@@ -202,3 +202,15 @@ def fused(inner: Any, outer: Any, outer_random: bool) -> udfs.DecodeResized | No
     if isinstance(outer, udfs.RandomFlip):
         return udfs.DecodeResized(inner.resize, inner.crop, flip=True)
     return None
+
+
+# ------------------------------------------------------------------ color (tf.image's adjust_*)
+# (brightness, contrast, saturation, hue, grayscale, color_jitter, convert_image_dtype)
+
+
+# ------------------------------------------------------------------ geometry
+# (resize methods, sample_distorted_bounding_box, random_resized_crop, boxes, gaussian_blur)
+
+
+# ------------------------------------------------------------------ decoding
+# (decode_png, decode_image, the pixel limit)
