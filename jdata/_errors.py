@@ -52,15 +52,24 @@ class DataError(UDFError):
     are skipped unread from the damage on (0 when the file ends there). The
     records in them are lost with it, whichever shard they belong to.
 
+    A ``map``'s or ``random_map``'s function that raises ``DecodeError`` (as
+    ``jdata.ops.image``'s decoders do on a corrupt, truncated or oversized
+    image) raises a ``DataError`` too, with ``path`` and ``record`` ``None``:
+    the element has no file; ``position`` names it.
+
     Files that cannot be opened or read at all (missing, no permission, too
     many open files) raise ``OSError``, not ``DataError``: the data is not at
     fault, and ``ignore_errors()`` must not quietly yield nothing.
     """
 
-    def __init__(self, op: str, position: int, path: str, record: int, cause: BaseException,
-                 unread_bytes: int | None = None) -> None:
+    def __init__(self, op: str, position: int, path: str | None, record: int | None,
+                 cause: BaseException, unread_bytes: int | None = None) -> None:
         self.path, self.record, self.unread_bytes = path, record, unread_bytes
-        message = f"{op}: cannot read record {record} of {path}: {cause}"
+        if path is None:  # a map's element (e.g. an image's bytes): no file to name
+            message = (f"{op}: cannot decode the element at position {position} of its "
+                       f"input: {cause}")
+        else:
+            message = f"{op}: cannot read record {record} of {path}: {cause}"
         if unread_bytes is not None:
             message += (f"; the rest of the file cannot be read either ({unread_bytes} bytes "
                         "skipped unread): its records are lost")
@@ -71,6 +80,23 @@ class DataError(UDFError):
     def __reduce__(self) -> tuple[Any, ...]:
         return DataError, (self.op, self.position, self.path, self.record, self.__cause__,
                            self.unread_bytes)
+
+
+class DecodeError(ValueError):
+    """An element's bytes cannot be decoded: corrupt, truncated, or refused (an image
+    whose header declares more pixels than allowed). The data is at fault, not the code:
+    raised in a ``map``'s (or ``random_map``'s, ``filter``'s...) function, it reaches the
+    iterator as a ``DataError`` naming the op and the element's position, which
+    ``ignore_errors()`` skips and counts as an unreadable record. Decoders of your own
+    may raise it (or a subclass) for the same treatment."""
+
+
+def udf_error(op: str, position: int, cause: BaseException) -> UDFError:
+    """The error reporting that a user function raised ``cause`` on the element at
+    ``position``: a ``DataError`` when ``cause`` is a ``DecodeError``, else a ``UDFError``."""
+    if isinstance(cause, DecodeError):
+        return DataError(op, position, None, None, cause)
+    return UDFError(op, position, cause)
 
 
 class ElementError(UDFError):

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import functools
-import io
 
 import numpy as np
 
 from jdata._extras import require
+from jdata.ops import _image_decode as decoding
 
 
 class ImageUDF:
@@ -27,37 +27,16 @@ def cv2(op: str = "jdata.ops.image.resize(antialias=False)"):
     return require("cv2", op)
 
 
-def open_image(data, op: str):
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"{op}: expected a JPEG file's bytes, got {type(data).__name__}")
-    return pil().open(io.BytesIO(data))
-
-
-def decode_rgb(data, op: str = "decode_jpeg") -> np.ndarray:
-    """A JPEG's pixels as RGB ``uint8``: libjpeg-turbo through simplejpeg (a third faster
-    than through PIL, and the same pixels) for YCbCr and grayscale files, PIL for the rest
-    (CMYK, non-JPEG images) and where simplejpeg is not installed."""
-    try:
-        import simplejpeg
-    except ImportError:
-        simplejpeg = None
-    if simplejpeg is not None and isinstance(data, (bytes, bytearray, memoryview)):
-        try:
-            if simplejpeg.decode_jpeg_header(data)[2] in ("YCbCr", "Gray"):
-                return simplejpeg.decode_jpeg(data, colorspace="RGB")
-        except ValueError:
-            pass  # not a JPEG simplejpeg reads: PIL reads it or says why not
-    picture = open_image(data, op)
-    return np.asarray(picture if picture.mode == "RGB" else picture.convert("RGB"))
-
-
 class DecodeJpeg(ImageUDF):
-    def __init__(self) -> None:
-        super().__init__("decode_jpeg", "decode_jpeg")
+    def __init__(self, max_pixels: int = decoding.MAX_PIXELS) -> None:
+        text = ("decode_jpeg" if max_pixels == decoding.MAX_PIXELS
+                else f"decode_jpeg(max_pixels={max_pixels})")
+        super().__init__("decode_jpeg", text)
+        self.max_pixels = max_pixels
         pil("jdata.ops.image.decode_jpeg")  # fail where the pipeline is built
 
     def __call__(self, data: bytes) -> np.ndarray:
-        return decode_rgb(data)
+        return decoding.decode(data, max_pixels=self.max_pixels, op="decode_jpeg")
 
 
 class Resize(ImageUDF):
@@ -239,23 +218,38 @@ class DecodeResized(ImageUDF):
     """``decode_jpeg``, ``resize`` and an optional crop and flip in one PIL chain (see the
     module docs). Random ops take their keys in order: ``random_crop``'s, ``random_flip``'s."""
 
-    def __init__(self, resize: Resize, crop: Crop | None = None, flip: bool = False):
+    def __init__(self, resize: Resize, crop: Crop | None = None, flip: bool = False,
+                 decode: DecodeJpeg | None = None):
+        decode = DecodeJpeg() if decode is None else decode
         parts = ["random_flip"] if flip else []
         parts += [crop.__qualname__] if crop is not None else []
         super().__init__("decode_resized",
-                         ".".join([*parts, resize.__qualname__, "decode_jpeg"]))
-        self.resize, self.crop, self.flip = resize, crop, flip
+                         ".".join([*parts, resize.__qualname__, decode.__qualname__]))
+        self.resize, self.crop, self.flip, self.decode = resize, crop, flip, decode
 
     def __call__(self, data, keys=None) -> np.ndarray:
         keys = None if keys is None else np.asarray(keys).reshape(-1, 2)
-        if not self.resize.antialias:
-            return self._sampled(data, keys)
-        picture = open_image(data, "decode_jpeg")
+        if not self.resize.antialias or not _drafts(data):
+            return self._decoded(data, keys)
+        try:  # the decode's errors and limit, as unfused
+            return self._drafted(data, keys)
+        except decoding.ImageDecodeError:
+            raise
+        except Exception as e:  # PIL's own error types on a damaged file
+            raise decoding.ImageDecodeError(f"decode_jpeg: invalid JPEG data ({len(data)} "
+                                            f"bytes): {type(e).__name__}: {e}") from e
+
+    def _drafted(self, data: bytes, keys) -> np.ndarray:
+        """``antialias=True`` on a JPEG: decoded at a reduced DCT scale by PIL."""
+        picture = decoding.open_pil(data, self.decode.max_pixels, "decode_jpeg")
+        full_size = picture.size  # only the header is read so far
         height, width = self.resize.target(picture.height, picture.width)
         # The whole original picture's box in the decoded one's pixels: (0, 0, width / s,
         # height / s) at DCT scale 1/s. A DCT-scaled decode averages pixels, as antialiasing
         # does; sampling 2x2 pixels of it would differ from sampling the full picture a lot.
-        draft = self.resize.antialias and picture.draft("RGB", (width, height))
+        draft = picture.draft("RGB", (width, height))
+        if picture.size == full_size:  # no DCT scaling: decode_jpeg's pixels, as unfused
+            return self._decoded(data, keys)
         box = draft[1] if draft else (0, 0, picture.width, picture.height)
         if picture.mode not in ("RGB", "L"):  # as decode_jpeg: CMYK to RGB first
             picture = picture.convert("RGB")
@@ -272,13 +266,13 @@ class DecodeResized(ImageUDF):
             picture = picture.transpose(pil().Transpose.FLIP_LEFT_RIGHT)
         return np.asarray(picture if picture.mode == "RGB" else picture.convert("RGB"))
 
-    def _sampled(self, data, keys) -> np.ndarray:
-        """``antialias=False``: the unfused ops' arithmetic in one call, so the same pixels
-        (a full decode: sampling 2x2 pixels of a DCT-scaled one would differ a lot)."""
-        image = decode_rgb(data)
+    def _decoded(self, data, keys) -> np.ndarray:
+        """``antialias=False`` (or not a JPEG): the unfused ops' arithmetic in one call, so
+        the same pixels (a full decode: sampling 2x2 pixels of a DCT-scaled one would
+        differ a lot)."""
+        image = self.decode(data)
         height, width = self.resize.target(*image.shape[:2])
-        if (height, width) != image.shape[:2]:
-            image = self.resize.sampled(image, height, width)
+        image = self.resize(image)
         if self.crop is not None:
             random = isinstance(self.crop, RandomCrop)
             top, left = self.crop.window(height, width, keys[0] if random else None)
@@ -286,3 +280,10 @@ class DecodeResized(ImageUDF):
         if self.flip and RandomFlip.flips(keys[-1]):
             return cv2().flip(image, 1)  # contiguous, where a NumPy flip is a strided view
         return image
+
+
+def _drafts(data) -> bool:
+    """Whether PIL decodes ``data`` at a reduced DCT scale: a JPEG read without a loss
+    of bits (a 16-bit PNG through PIL would lose them: it is decoded in full instead)."""
+    is_bytes = isinstance(data, (bytes, bytearray, memoryview))
+    return is_bytes and decoding.image_format(bytes(data[:3])) == "jpeg"

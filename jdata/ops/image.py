@@ -38,13 +38,13 @@ off and gives the unfused results):
   one UDF, with the crop windows and flips of the unfused ops (each random op
   keeps its own key stream). With the default ``antialias=False`` it does
   the unfused ops' arithmetic in one call (the same pixels) and flips with
-  a contiguous copy. With ``antialias=True``, the JPEG is decoded at the
-  smallest DCT scale (1/2, 1/4, 1/8: nearly free in libjpeg-turbo) whose
-  picture is still at least the resize target, and only the source box of
-  the crop is resampled: pixel values then differ slightly from a full
-  decode then resize (as ``tf.io.decode_jpeg(ratio=2)`` does: on average by
-  about a level), and without DCT scaling by at most 1 (PIL takes the box
-  in float32).
+  a contiguous copy. With ``antialias=True``, a JPEG at least twice the
+  resize target is decoded at the smallest DCT scale (1/2, 1/4, 1/8: nearly
+  free in libjpeg-turbo) whose picture is still at least the target, and
+  only the source box of the crop is resampled: pixel values then differ
+  slightly from a full decode then resize (as ``tf.io.decode_jpeg(ratio=2)``
+  does: on average by about a level). Other images get the unfused ops'
+  arithmetic, as with ``antialias=False``.
 - ``pointwise_after_batch``: pointwise maps right before ``batch`` that grow
   the elements (``normalize`` of ``uint8`` images) run once on the stacked
   batch, so batches are stacked as ``uint8``. ``Dataset.to_global(sharding,
@@ -57,8 +57,11 @@ resize, within 1 of ``tf.image.resize(x, size, "bilinear")`` (tf returns
 output, which aliases, as tf's does. ``antialias=True`` is PIL's resize,
 within 1 of ``tf.image.resize(..., antialias=True)``: it averages over each
 output pixel's footprint, and lets the fusion decode at a reduced DCT scale.
-``decode_jpeg`` decodes with libjpeg-turbo (simplejpeg; PIL for CMYK and
-other formats). The kernels need ``pip install 'jdata-jax[image]'`` (pillow,
+``decode_jpeg`` decodes with libjpeg-turbo through simplejpeg, with tf's
+settings (the same pixels as ``tf.io.decode_jpeg(channels=3)``), and refuses
+an image whose header declares more than ``MAX_PIXELS`` pixels before
+decoding; ``decode_png`` and ``decode_image`` add 16-bit PNGs, GIF and BMP (the
+decoding section below). The kernels need ``pip install 'jdata-jax[image]'`` (pillow,
 opencv-python-headless, simplejpeg).
 
 The UDFs are objects of ``jdata.ops._image_udfs``: picklable for worker
@@ -74,6 +77,7 @@ import numpy as np
 
 from jdata import _validate as check
 from jdata._declare import Declared, declare, unwrapped
+from jdata.ops import _image_decode as decoding
 from jdata.ops import _image_udfs as udfs
 
 __all__ = ["center_crop", "decode_jpeg", "normalize", "random_crop", "random_flip", "resize",
@@ -88,10 +92,23 @@ ImageFn: TypeAlias = Declared[[_Array], _Array]
 RandomImageFn: TypeAlias = Declared[[_Array, _Array], _Array]
 
 
-def decode_jpeg() -> Declared[[bytes], _Array]:
-    """``bytes`` -> ``uint8`` RGB array: libjpeg-turbo through simplejpeg, or PIL for what
-    simplejpeg does not read (CMYK, other formats). ``pip install 'jdata-jax[image]'``."""
-    return declare(udfs.DecodeJpeg())
+def decode_jpeg(max_pixels: int = decoding.MAX_PIXELS) -> Declared[[bytes], _Array]:
+    """``bytes`` -> ``uint8`` RGB ``(height, width, 3)`` array, as
+    ``tf.io.decode_jpeg(contents, channels=3)``: libjpeg-turbo through simplejpeg with
+    tf's settings, the same pixels (CMYK converted as tf's). It decodes PNG (a 16-bit one scaled as tf's), GIF (the first
+    frame), BMP and WebP too, as ``decode_image(np.uint8)`` (tf's decodes PNG and GIF but
+    refuses BMP and animated GIFs). ``pip install 'jdata-jax[image]'``.
+
+    Args:
+      max_pixels: refuse (``ImageTooLargeError``, before decoding) an image whose
+        header declares more than ``max_pixels`` pixels (default ``MAX_PIXELS``).
+
+    A truncated, corrupt or refused image raises ``ImageDecodeError``, which
+    ``map`` reports as a ``jdata.DataError`` (``ignore_errors()`` skips it).
+    See the decoding section's notes.
+    """
+    op = "decode_jpeg"
+    return declare(udfs.DecodeJpeg(check.int_arg(max_pixels, "max_pixels", op, minimum=1)))
 
 
 def resize(short_side: int | None = None, size: Sequence[int] | None = None,
@@ -194,13 +211,13 @@ def fused(inner: Any, outer: Any, outer_random: bool) -> udfs.DecodeResized | No
     if isinstance(outer, (udfs.RandomCrop, udfs.RandomFlip)) != outer_random:
         return None  # e.g. a center_crop in a random_map: it fails unfused too
     if isinstance(inner, udfs.DecodeJpeg) and isinstance(outer, udfs.Resize):
-        return udfs.DecodeResized(outer)
+        return udfs.DecodeResized(outer, decode=inner)
     if not isinstance(inner, udfs.DecodeResized) or inner.flip:
         return None
     if isinstance(outer, udfs.Crop) and inner.crop is None:
-        return udfs.DecodeResized(inner.resize, outer)
+        return udfs.DecodeResized(inner.resize, outer, decode=inner.decode)
     if isinstance(outer, udfs.RandomFlip):
-        return udfs.DecodeResized(inner.resize, inner.crop, flip=True)
+        return udfs.DecodeResized(inner.resize, inner.crop, flip=True, decode=inner.decode)
     return None
 
 
@@ -214,3 +231,61 @@ def fused(inner: Any, outer: Any, outer_random: bool) -> udfs.DecodeResized | No
 
 # ------------------------------------------------------------------ decoding
 # (decode_png, decode_image, the pixel limit)
+# Kernels in ``_image_decode`` (its docstring: backends, tf's scaling of 16-bit PNGs, the
+# truncated-JPEG rule, the limit's reasoning). Output as tf's ``channels=3``: gray
+# repeated, alpha dropped (every pipeline here stacks batches of 3-channel images, which
+# tf's per-file default ``channels=0`` would not give).
+__all__ += ["MAX_PIXELS", "ImageDecodeError", "ImageTooLargeError", "decode_image",
+            "decode_png"]
+
+# The default ``max_pixels``: 2**29 // 3 = 178,956,970, tf's JPEG limit for 3 channels
+# (no decode of 512 MiB or more, ``jpeg_mem.cc``), also PIL's refusal threshold.
+MAX_PIXELS = decoding.MAX_PIXELS
+ImageDecodeError = decoding.ImageDecodeError
+ImageTooLargeError = decoding.ImageTooLargeError
+
+
+def _decoder(name: str, dtype: Any, max_pixels: int) -> Declared[[bytes], _Array]:
+    try:
+        kind = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{name}: dtype={dtype!r} is not a dtype; use np.uint8 or "
+                        "np.uint16") from e
+    if kind not in (np.uint8, np.uint16):
+        raise ValueError(f"{name}: dtype={dtype!r} must be np.uint8 or np.uint16 (for "
+                         "float32 in [0, 1], follow with convert_image_dtype(np.float32))")
+    max_pixels = check.int_arg(max_pixels, "max_pixels", name, minimum=1)
+    return declare(decoding.DecodeImage(name, kind, max_pixels))
+
+
+def decode_png(dtype: Any = np.uint8,
+               max_pixels: int = decoding.MAX_PIXELS) -> Declared[[bytes], _Array]:
+    """``bytes`` -> RGB ``(height, width, 3)`` ``dtype`` array, as
+    ``tf.io.decode_png(contents, channels=3, dtype=dtype)``: 8- and 16-bit gray, RGB,
+    RGBA and palette PNGs (libpng through OpenCV). ``np.uint8`` keeps a 16-bit
+    sample's high byte (as tf), ``np.uint16`` keeps 16 bits (8-bit samples times 257,
+    as tf). It decodes JPEG, GIF, BMP and WebP too, as ``decode_image`` (tf's decodes
+    JPEG and GIF but refuses BMP and animated GIFs).
+
+    Args:
+      dtype: ``np.uint8`` or ``np.uint16``.
+      max_pixels: refuse (``ImageTooLargeError``, before decoding) an image whose
+        header declares more pixels (default ``MAX_PIXELS``).
+
+    >>> import cv2, numpy as np
+    >>> from jdata.ops import image
+    >>> png = cv2.imencode(".png", np.full((2, 3), 0x1234, np.uint16))[1].tobytes()
+    >>> image.decode_png(np.uint16)(png)[0, 0], image.decode_png()(png)[0, 0]
+    (array([4660, 4660, 4660], dtype=uint16), array([18, 18, 18], dtype=uint8))
+    """
+    return _decoder("decode_png", dtype, max_pixels)
+
+
+def decode_image(dtype: Any = np.uint8,
+                 max_pixels: int = decoding.MAX_PIXELS) -> Declared[[bytes], _Array]:
+    """``bytes`` -> RGB ``(height, width, 3)`` ``dtype`` array, as
+    ``tf.io.decode_image(contents, channels=3, dtype=dtype, expand_animations=False)``:
+    JPEG, PNG, GIF (its first frame), BMP and WebP; the format from the first bytes. ``np.uint16`` widens 8-bit samples as tf (times 257 for PNG, 256 for
+    the rest). Arguments as ``decode_png``'s; errors as ``decode_jpeg``'s.
+    """
+    return _decoder("decode_image", dtype, max_pixels)

@@ -87,7 +87,8 @@ class PipelineStats:
     run it, or the consumer's thread). ``bottleneck``: a one-line hint naming
     the op with the largest ``wait_share`` and what to do about it, or None.
     ``dropped``: per ``ignore_errors`` op,
-    ``udf_errors`` and ``unreadable_records`` skipped so far, and
+    ``udf_errors`` and ``unreadable_records`` (``DataError``: records of
+    files, and elements a function could not decode) skipped so far, and
     ``unread_bytes``: bytes of files skipped unread after unreadable records
     whose damage hid the rest of their file (see ``jdata.DataError``). ``history``:
     the autotuner's changes, as dicts with ``time`` (seconds since the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import starmap
 
 from jdata import _tree
-from jdata._errors import UDFError
+from jdata._errors import UDFError, udf_error
 
 
 def check_callable(fn, arg: str, op: str) -> None:
@@ -18,14 +18,15 @@ def call(fn, element, op: str, position: int, *extra):
 
     Only exact tuples are unpacked (not namedtuples), as in tf.data. Extra
     arguments (e.g. ``random_map``'s key) follow the element. Exceptions are
-    re-raised as ``UDFError`` naming the op and position, original chained.
+    re-raised as ``UDFError`` naming the op and position, original chained (a
+    ``DecodeError`` as a ``DataError``: the element's data is at fault).
     """
     try:
         if type(element) is tuple:
             return fn(*element, *extra)
         return fn(element, *extra)
     except Exception as e:
-        raise UDFError(op, position, e) from e
+        raise udf_error(op, position, e) from e
 
 
 def call_unpacked(fn, element):
@@ -58,6 +59,6 @@ def call_block(fn, elements: list, op: str, position: int) -> tuple[list, UDFErr
 def _chained(op: str, position: int, cause: Exception) -> UDFError:
     # Raised here, as ``call`` raises it, for the same ``__cause__``, context and traceback.
     try:
-        raise UDFError(op, position, cause) from cause
+        raise udf_error(op, position, cause) from cause
     except UDFError as error:
         return error

@@ -172,7 +172,7 @@ def test_resize_bad_images_fail_clearly(bad, error, match):
 
 
 def test_decode_jpeg_refuses_what_is_not_bytes():
-    with pytest.raises(TypeError, match="expected a JPEG file's bytes, got ndarray"):
+    with pytest.raises(TypeError, match="expected an encoded image's bytes, got ndarray"):
         image.decode_jpeg()(np.zeros(3, np.uint8))
 
 
