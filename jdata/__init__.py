@@ -6,6 +6,9 @@ from jdata._constants import UNKNOWN as UNKNOWN
 from jdata._dataset import Dataset as Dataset
 from jdata._declare import declare as declare
 from jdata._errors import DataError as DataError
+from jdata._errors import DecodeError as DecodeError
+from jdata._errors import ImageDecodeError as ImageDecodeError
+from jdata._errors import ImageTooLargeError as ImageTooLargeError
 from jdata._errors import ElementError as ElementError
 from jdata._errors import ServiceError as ServiceError
 from jdata._errors import UDFError as UDFError
@@ -54,8 +57,9 @@ __version__ = "0.1.0"
 # ``range``, ``zip`` (builtins) and ``random`` (the standard module) are left out, so that
 # a star import does not shadow them; they stay ``jdata.range``, ``jdata.zip``, ``jdata.random``.
 __all__ = [
-    "AUTOTUNE", "INFINITE", "UNKNOWN", "Dataset", "declare", "DataError", "ElementError",
-    "ServiceError", "UDFError", "errors", "JournalError", "MissingExtraError",
+    "AUTOTUNE", "INFINITE", "UNKNOWN", "Dataset", "declare", "DataError", "DecodeError",
+    "ImageDecodeError", "ImageTooLargeError", "ElementError", "ServiceError", "UDFError",
+    "errors", "JournalError", "MissingExtraError",
     "OptionsFrozenError", "ServiceConnectionError", "ServiceNotFoundError",
     "ServiceStartError", "ServiceStoppedError", "ServiceUnavailableError",
     "ServiceVersionError", "IteratorClosedError", "SharedMemoryError", "UnpicklableJobError",

@@ -29,6 +29,10 @@
   ``ImportError`` naming the extra to install).
 - ``OptionsFrozenError``: an assignment to a ``jdata.Options`` field (a
   ``dataclasses.FrozenInstanceError`` that says how to set it).
+- ``DecodeError``: an element's bytes cannot be decoded (raised in a UDF, it reaches the
+  iterator as a ``DataError``); ``ImageDecodeError`` and ``ImageTooLargeError`` are
+  ``jdata.ops.image``'s (corrupt or truncated; a header declaring more than
+  ``max_pixels``).
 - ``JournalError``: a service journal that is not one, is damaged, is of another version
   or does not replay (a ``ValueError``).
 
@@ -36,7 +40,10 @@ Every public exception class of jdata is here (``jdata.errors.__all__``).
 """
 
 from jdata._errors import DataError as DataError
+from jdata._errors import DecodeError as DecodeError
 from jdata._errors import ElementError as ElementError
+from jdata._errors import ImageDecodeError as ImageDecodeError
+from jdata._errors import ImageTooLargeError as ImageTooLargeError
 from jdata._errors import IteratorClosedError as IteratorClosedError
 from jdata._errors import JournalError as JournalError
 from jdata._errors import MissingExtraError as MissingExtraError
@@ -55,7 +62,8 @@ from jdata._errors import WorkDirInUseError as WorkDirInUseError
 from jdata._errors import WorkerError as WorkerError
 from jdata._errors import WorkerImportError as WorkerImportError
 
-__all__ = ["DataError", "ElementError", "IteratorClosedError", "JournalError",
+__all__ = ["DataError", "DecodeError", "ElementError", "ImageDecodeError", "ImageTooLargeError",
+           "IteratorClosedError", "JournalError",
            "MissingExtraError", "OptionsFrozenError", "ServiceConnectionError", "ServiceError",
            "ServiceNotFoundError", "ServiceStartError", "ServiceStoppedError",
            "ServiceUnavailableError", "ServiceVersionError", "SharedMemoryError", "UDFError",

@@ -46,7 +46,7 @@ import struct
 
 import numpy as np
 
-from jdata._errors import DecodeError
+from jdata._errors import DecodeError, ImageDecodeError, ImageTooLargeError
 from jdata._extras import require
 
 MAX_PIXELS = (1 << 29) // 3
@@ -56,14 +56,6 @@ _PNG = b"\x89PNG\r\n\x1a\n"
 _PIL_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
 # libjpeg's JWRN_JPEG_EOF: the data ended before the image did (a truncated file).
 _TRUNCATED = "Premature end of JPEG file"
-
-
-class ImageDecodeError(DecodeError):
-    """An image's bytes are corrupt, truncated or of no format the decoder reads."""
-
-
-class ImageTooLargeError(ImageDecodeError):
-    """An image's header declares more pixels than ``max_pixels`` allows."""
 
 
 def image_format(data: bytes) -> str:
