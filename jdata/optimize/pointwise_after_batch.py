@@ -1,7 +1,8 @@
 """Moves pointwise maps that grow the elements after the ``batch`` they precede:
 ``map(normalize).batch(64)`` becomes ``batch(64).map(normalize)``.
 
-``jdata.ops.image``'s pointwise kernels (``to_float``, ``normalize``)
+``jdata.ops.image``'s pointwise kernels (``to_float``, ``normalize``,
+``convert_image_dtype``)
 compute each value alone, keep shapes and take a stack of elements as well
 as one, so they commute with batching. Where they grow the elements
 (``uint8`` images to ``float32``), batching first stacks a quarter of the
@@ -24,6 +25,7 @@ import dataclasses
 
 from jdata._declare import unwrapped
 from jdata._plan import Node, walk
+from jdata.ops import _image_color_udfs as color_udfs
 from jdata.ops import _image_udfs as image_udfs
 from jdata.ops.batch import BatchNode
 from jdata.ops.ignore_errors import IgnoreErrorsNode
@@ -38,7 +40,8 @@ def _grows(top: Node, below: Node) -> bool:
 def _batchable(node: Node) -> bool:
     """A map of one of jdata's pointwise image kernels, which take a batch as well."""
     return (pointwise_map(node) and not node.vectorize
-            and isinstance(unwrapped(node.fn), (image_udfs.ToFloat, image_udfs.Normalize)))
+            and isinstance(unwrapped(node.fn), (image_udfs.ToFloat, image_udfs.Normalize,
+                                                color_udfs.ConvertImageDtype)))
 
 
 class PointwiseAfterBatchRule:

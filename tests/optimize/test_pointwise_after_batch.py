@@ -35,6 +35,17 @@ def test_normalize_runs_on_the_uint8_batch_with_the_same_values():
                                rtol=1e-6, atol=1e-7)
 
 
+def test_convert_image_dtype_to_float_runs_on_the_uint8_batch_with_the_same_values():
+    ds = jdata.from_tensor_slices(IMAGES).map(image.convert_image_dtype(np.float32)).batch(4)
+    assert plan_ops(_optimized(ds).plan)[-3:] == ["map", "batch", "from_tensor_slices"]
+    batches = take_list(ds)
+    assert_same_sequence(batches, take_list(ds.with_options(OFF)))
+    np.testing.assert_array_equal(np.concatenate(batches), IMAGES * np.float32(1 / 255))
+    back = jdata.from_tensor_slices(IMAGES.astype(np.float32) / 255).map(
+        image.convert_image_dtype(np.uint8)).batch(4)
+    assert "pointwise_after_batch" not in _fired(back)  # shrinks the elements: stays
+
+
 def test_a_run_of_pointwise_maps_moves_together_if_it_grows_the_elements():
     ds = (jdata.from_tensor_slices(IMAGES).map(image.to_float())
           .map(image.normalize(0.5, 0.25)).batch(3, drop_remainder=True))
