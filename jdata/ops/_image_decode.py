@@ -11,8 +11,8 @@ refusing what a header declares too large before anything is allocated.
   (libjpeg's "Premature end of JPEG file"), while a complete file whose entropy
   data is damaged ("Corrupt JPEG data: ... extraneous bytes") decodes, as tf's
   does (libjpeg's warnings are counted there, not raised).
-- PNG: libpng through OpenCV (no gamma, no EXIF rotation, as tf's). 8/16-bit, gray, gray+alpha, RGB, RGBA,
-  palette; 1/2/4-bit gray scaled to 8 bits (libpng's expansion, as tf's).
+- PNG: libpng through OpenCV (no gamma, no EXIF rotation, as tf's). 8/16-bit, gray,
+  gray+alpha, RGB, RGBA, palette; 1/2/4-bit gray scaled to 8 bits (libpng's expansion, as tf's).
 - GIF (first frame, as ``expand_animations=False``), BMP and WebP: PIL, which
   opens no other format here (EPS's plugin, for one, runs Ghostscript). PIL's
   ``LOAD_TRUNCATED_IMAGES`` (``False`` unless a program sets it) decides whether
@@ -46,7 +46,7 @@ import struct
 
 import numpy as np
 
-from jdata._errors import DecodeError, ImageDecodeError, ImageTooLargeError
+from jdata._errors import ImageDecodeError, ImageTooLargeError
 from jdata._extras import require
 
 MAX_PIXELS = (1 << 29) // 3

@@ -8,6 +8,7 @@ import functools
 import numpy as np
 
 from jdata._extras import require
+from jdata.ops import _image_boxes, _image_random, _image_resize
 from jdata.ops import _image_decode as decoding
 
 
@@ -40,15 +41,19 @@ class DecodeJpeg(ImageUDF):
 
 
 class Resize(ImageUDF):
-    def __init__(self, short_side: int | None, size: tuple[int, int] | None, antialias: bool):
+    def __init__(self, short_side: int | None, size: tuple[int, int] | None, antialias: bool,
+                 method: str = "bilinear"):
         text = f"short_side={short_side}" if size is None else f"size={size}"
-        super().__init__("resize", f"resize({text}{', antialias=True' if antialias else ''})")
+        text += ", antialias=True" if antialias else ""
+        text += f", method={method!r}" if method != "bilinear" else ""
+        super().__init__("resize", f"resize({text})")
         self.short_side, self.size, self.antialias = short_side, size, antialias
-        # Fail where the pipeline is built: PIL resamples, OpenCV samples.
-        if antialias:
+        self.method = method
+        # Fail where the pipeline is built: PIL resamples uint8 (bilinear, antialias=True),
+        # OpenCV and the band resampler the rest.
+        if antialias and method == "bilinear":
             pil("jdata.ops.image.resize(antialias=True)")
-        else:
-            cv2()
+        cv2()
 
     def target(self, height: int, width: int) -> tuple[int, int]:
         """The output's ``(height, width)`` for an input of that size."""
@@ -80,10 +85,20 @@ class Resize(ImageUDF):
         return out.reshape(height, width, *image.shape[2:])  # OpenCV drops a last axis of 1
 
     def __call__(self, image: np.ndarray) -> np.ndarray:
-        image = checked_image(image, "resize")
-        height, width = self.target(*image.shape[:2])
-        if (height, width) == image.shape[:2]:
+        image = checked_image(image, "resize", floats=True, batches=True)
+        height, width = self.target(*image.shape[image.ndim == 4:][:2])
+        if (height, width) == image.shape[image.ndim == 4:][:2]:
             return image
+        if image.ndim == 4:
+            return np.stack([self.one(x, height, width) for x in image])
+        return self.one(image, height, width)
+
+    def one(self, image: np.ndarray, height: int, width: int) -> np.ndarray:
+        """One image resized to ``height x width``."""
+        if self.method != "bilinear" or image.dtype != np.uint8:
+            planes = image if image.ndim == 3 else image[..., None]
+            out = _image_resize.resize_image(planes, height, width, self.method, self.antialias)
+            return out if image.ndim == 3 else out[..., 0]
         if not self.antialias:
             return self.sampled(image, height, width)
         box = (0, 0, image.shape[1], image.shape[0])
@@ -96,14 +111,20 @@ class Resize(ImageUDF):
         return out[0] if image.ndim == 2 else np.stack(out, axis=-1)
 
 
-def checked_image(image, op: str) -> np.ndarray:
+def checked_image(image, op: str, floats: bool = False, batches: bool = False) -> np.ndarray:
+    """``image`` as an array, refused (naming ``op``) unless ``uint8`` (or ``float32`` where
+    ``floats``) of shape ``(H, W)``, ``(H, W, C)`` (or ``(N, H, W, C)`` where ``batches``)."""
     image = np.asarray(image)
-    if image.dtype != np.uint8:
+    if image.dtype != np.uint8 and not (floats and image.dtype == np.float32):
+        if floats:
+            raise TypeError(f"{op}: expected a uint8 or float32 image, got dtype {image.dtype};"
+                            " convert it first, e.g. image.astype(np.float32)")
         raise TypeError(f"{op}: expected a uint8 image, got dtype {image.dtype}; {op} before "
                         "to_float or normalize")
-    if image.ndim not in (2, 3) or 0 in image.shape:
+    if image.ndim not in ((2, 3, 4) if batches else (2, 3)) or 0 in image.shape:
+        batch = " or a (batch, height, width, channels) batch" if batches else ""
         raise ValueError(f"{op}: expected a (height, width, channels) or (height, width) "
-                         f"image, got shape {image.shape}")
+                         f"image{batch}, got shape {image.shape}")
     return image
 
 
@@ -203,15 +224,35 @@ def key_words(key) -> tuple[int, int]:
 
 
 class RandomFlip(ImageUDF):
-    def __init__(self) -> None:
-        super().__init__("random_flip", "random_flip")
+    """Mirrors an image (the key's first word's top bit says whether) or each image of a
+    ``(N, H, W, C)`` batch (each its own draw); with ``boxes``, ``(image, boxes)``."""
+
+    def __init__(self, boxes: bool = False) -> None:
+        super().__init__("random_flip", "random_flip(boxes=True)" if boxes else "random_flip")
+        self.boxes = boxes
 
     @staticmethod
     def flips(key) -> bool:
         return bool(key_words(key)[0] >> 31)
 
-    def __call__(self, x: np.ndarray, key: np.ndarray) -> np.ndarray:
-        return x[:, ::-1] if self.flips(key) else x
+    def __call__(self, x: np.ndarray, *args):
+        boxes, key = _image_boxes.split_element(args, self.boxes, "random_flip")
+        x = np.asarray(x)
+        if x.ndim != 4:  # an image
+            flip = self.flips(key)
+            out = x[:, ::-1] if flip else x
+            if boxes is None:
+                return out
+            boxes = _image_boxes.checked_boxes(boxes, "random_flip")
+            return out, _image_boxes.flipped_boxes(boxes) if flip else boxes
+        words = [_image_random.words(key, 1, _image_boxes.stream(_image_boxes.FLIP, i))[0]
+                 for i in range(len(x))]
+        flip = np.array([w >> 63 for w in words], bool)
+        out = np.where(flip[:, None, None, None], x[:, :, ::-1], x)
+        if boxes is None:
+            return out
+        boxes = _image_boxes.checked_boxes(boxes, "random_flip", len(x))
+        return out, np.where(flip[:, None, None], _image_boxes.flipped_boxes(boxes), boxes)
 
 
 class DecodeResized(ImageUDF):

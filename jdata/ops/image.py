@@ -50,13 +50,18 @@ off and gives the unfused results):
   batch, so batches are stacked as ``uint8``. ``Dataset.to_global(sharding,
   normalize=(mean, std))`` goes further and normalizes on the devices.
 
-``resize`` is bilinear with half-pixel centers, ``uint8`` in and out. With
-``antialias=False`` (the default, as tf's) it is OpenCV's ``INTER_LINEAR``
-resize, within 1 of ``tf.image.resize(x, size, "bilinear")`` (tf returns
-``float32`` without rounding); when shrinking, it samples 2x2 pixels per
-output, which aliases, as tf's does. ``antialias=True`` is PIL's resize,
-within 1 of ``tf.image.resize(..., antialias=True)``: it averages over each
-output pixel's footprint, and lets the fusion decode at a reduced DCT scale.
+``resize`` is ``tf.image.resize`` (half-pixel centers), bilinear by default,
+also ``"bicubic"``, ``"nearest"`` and ``"area"``, ``uint8`` in and out
+(rounded) or ``float32``. Bilinear with ``antialias=False`` (the default, as
+tf's) is OpenCV's ``INTER_LINEAR`` resize, within 1 of
+``tf.image.resize(x, size, "bilinear")`` (tf returns ``float32`` without
+rounding); when shrinking, it samples 2x2 pixels per output, which aliases,
+as tf's does. ``antialias=True`` (PIL's resize on ``uint8``), within 1 of
+``tf.image.resize(..., antialias=True)``, averages over each output pixel's
+footprint, and lets the fusion decode at a reduced DCT scale. The other
+methods and their tolerances: ``jdata.ops._image_resize``. The geometry
+section (``random_resized_crop``, ``sample_distorted_bounding_box``, boxes,
+``gaussian_blur``): ``jdata.ops._image_geometry``.
 ``decode_jpeg`` decodes with libjpeg-turbo through simplejpeg, with tf's
 settings (the same pixels as ``tf.io.decode_jpeg(channels=3)``), and refuses
 an image whose header declares more than ``MAX_PIXELS`` pixels before
@@ -71,35 +76,56 @@ processes, and printed in plans as built (``resize(short_side=256)``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from jdata import _validate as check
 from jdata._declare import Declared, declare, unwrapped
-from jdata.ops import _image_color_udfs as color_udfs
+from jdata._errors import ImageDecodeError, ImageTooLargeError
 from jdata.ops import _image_decode as decoding
-from jdata.ops import _image_jitter as jitter
+from jdata.ops import _image_geometry
 from jdata.ops import _image_udfs as udfs
+
+# The color and geometry constructors live in their own modules (this one would run past
+# the design's module length): they are this module's, as listed in ``__all__``.
+from jdata.ops._image_color_api import (
+    adjust_brightness,
+    adjust_contrast,
+    adjust_hue,
+    adjust_saturation,
+    color_jitter,
+    convert_image_dtype,
+    random_brightness,
+    random_contrast,
+    random_grayscale,
+    random_hue,
+    random_saturation,
+    rgb_to_grayscale,
+)
+from jdata.ops._image_geometry_api import (
+    _method,
+    gaussian_blur,
+    random_gaussian_blur,
+    random_resized_crop,
+    sample_distorted_bounding_box,
+)
+from jdata.ops._image_types import Array, ImageFn, RandomImageFn
 
 __all__ = ["center_crop", "decode_jpeg", "normalize", "random_crop", "random_flip", "resize",
            "to_float"]
 
 _C = TypeVar("_C", bound=udfs.Crop)
-# An image (``(height, width[, channels])``) or a batch of them.
-_Array: TypeAlias = np.ndarray[Any, Any]
-# A UDF of ``map``: image -> image.
-ImageFn: TypeAlias = Declared[[_Array], _Array]
-# A UDF of ``random_map``: (image, the element's ``uint32[2]`` key) -> image.
-RandomImageFn: TypeAlias = Declared[[_Array, _Array], _Array]
+_Array = Array
 
 
 def decode_jpeg(max_pixels: int = decoding.MAX_PIXELS) -> Declared[[bytes], _Array]:
     """``bytes`` -> ``uint8`` RGB ``(height, width, 3)`` array, as
     ``tf.io.decode_jpeg(contents, channels=3)``: libjpeg-turbo through simplejpeg with
-    tf's settings, the same pixels (CMYK converted as tf's). It decodes PNG (a 16-bit one scaled as tf's), GIF (the first
-    frame), BMP and WebP too, as ``decode_image(np.uint8)`` (tf's decodes PNG and GIF but
-    refuses BMP and animated GIFs). ``pip install 'jdata-jax[image]'``.
+    tf's settings, the same pixels (CMYK converted as tf's). It decodes PNG (a 16-bit one
+    scaled as tf's), GIF (the first frame), BMP and WebP too, as ``decode_image(np.uint8)``
+    (tf's decodes PNG and GIF but refuses BMP and animated GIFs).
+    ``pip install 'jdata-jax[image]'``.
 
     Args:
       max_pixels: refuse (``ImageTooLargeError``, before decoding) an image whose
@@ -114,8 +140,9 @@ def decode_jpeg(max_pixels: int = decoding.MAX_PIXELS) -> Declared[[bytes], _Arr
 
 
 def resize(short_side: int | None = None, size: Sequence[int] | None = None,
-           antialias: bool = False) -> ImageFn:
-    """Bilinear resize to ``short_side`` or to ``size``: ``uint8`` -> ``uint8``.
+           antialias: bool = False, method: str = "bilinear") -> ImageFn:
+    """tf.image.resize to ``short_side`` or to ``size``: ``uint8`` -> ``uint8`` (rounded),
+    ``float32`` -> ``float32``, on an image or a ``(N, H, W, C)`` batch.
 
     Args:
       short_side: scale so that the shorter side is ``short_side`` and the
@@ -123,10 +150,15 @@ def resize(short_side: int | None = None, size: Sequence[int] | None = None,
       size: ``(height, width)`` of every output.
       antialias: when shrinking, average over each output pixel's footprint
         (as ``tf.image.resize(antialias=True)``, with PIL) rather than sample
-        2x2 pixels (tf's default, with OpenCV). See the module docs.
+        2x2 pixels (tf's default, with OpenCV). See the module docs. No effect
+        on ``"nearest"`` and ``"area"`` (as in tf): a warning there.
+      method: ``"bilinear"``, ``"bicubic"`` (Keys, a = -0.5, as tf's; not
+        OpenCV's), ``"nearest"`` or ``"area"``, with tf's half-pixel centers.
+        How each is computed, and its tolerance against tf: ``_image_resize``.
 
     Exactly one of ``short_side`` and ``size`` is given. Inputs are
-    ``(height, width, channels)`` or ``(height, width)`` ``uint8`` arrays.
+    ``(height, width, channels)`` or ``(height, width)`` ``uint8`` or
+    ``float32`` arrays, or batches of them.
 
     >>> import numpy as np
     >>> from jdata.ops import image
@@ -146,7 +178,8 @@ def resize(short_side: int | None = None, size: Sequence[int] | None = None,
                             "e.g. size=(224, 224)")
         height, width = (check.int_arg(s, "size", "resize", minimum=1) for s in size)
         pair = (height, width)
-    return declare(udfs.Resize(short_side, pair, check.bool_arg(antialias, "antialias", "resize")))
+    antialias = check.bool_arg(antialias, "antialias", "resize")
+    return declare(udfs.Resize(short_side, pair, antialias, _method(method, antialias, "resize")))
 
 
 def to_float(scale: float = 1 / 255) -> ImageFn:
@@ -199,19 +232,41 @@ def random_crop(height: int, width: int) -> RandomImageFn:
     return declare(_crop(udfs.RandomCrop, "random_crop", height, width), selection=True)
 
 
-def random_flip() -> RandomImageFn:
+def random_flip(boxes: bool = False) -> RandomImageFn:
     """Mirrors left-right with probability 1/2, drawn from the element's key (``random_map``):
-    its first word's top bit."""
-    return declare(udfs.RandomFlip(), selection=True)
+    its first word's top bit; each image of a ``(N, H, W, C)`` batch its own draw.
+
+    With ``boxes=True`` the element is ``(image, boxes)``, boxes ``float32``
+    ``(n, 4)`` normalized ``[ymin, xmin, ymax, xmax]`` (``(N, n, 4)`` for a
+    batch), mirrored to ``[ymin, 1 - xmax, ymax, 1 - xmin]`` with the image.
+
+    >>> import numpy as np
+    >>> from jdata.ops import image
+    >>> key = np.array([1 << 31, 0], np.uint32)  # top bit set: flips
+    >>> _, boxes = image.random_flip(boxes=True)(np.zeros((4, 4, 3)), [[0, .1, .5, .3]], key)
+    >>> boxes.astype(float).round(2).tolist()
+    [[0.0, 0.7, 0.5, 0.9]]
+    """
+    boxes = check.bool_arg(boxes, "boxes", "random_flip")
+    # With boxes it computes (1 - x): not a selection, which the optimizer could move
+    # before a pointwise map of the boxes.
+    return declare(udfs.RandomFlip(boxes), selection=not boxes)
 
 
-def fused(inner: Any, outer: Any, outer_random: bool) -> udfs.DecodeResized | None:
+def fused(inner: Any, outer: Any, outer_random: bool) -> udfs.ImageUDF | None:
     """The UDF running the map ``inner`` then ``outer`` (a ``random_map``'s if
     ``outer_random``) as one chain, where ``decode_resize_fusion`` fuses them, else
     ``None``: ``decode_jpeg`` then ``resize``, then a crop, then ``random_flip``."""
     inner, outer = unwrapped(inner), unwrapped(outer)
-    if isinstance(outer, (udfs.RandomCrop, udfs.RandomFlip)) != outer_random:
+    random = (udfs.RandomCrop, udfs.RandomFlip, _image_geometry.RandomResizedCrop)
+    if isinstance(outer, random) != outer_random:
         return None  # e.g. a center_crop in a random_map: it fails unfused too
+    if isinstance(outer, _image_geometry.RandomResizedCrop):
+        return None  # crop before decode does not pay: see _image_geometry
+    if isinstance(outer, udfs.RandomFlip) and outer.boxes:
+        return None
+    if isinstance(outer, udfs.Resize) and outer.method != "bilinear":
+        return None
     if isinstance(inner, udfs.DecodeJpeg) and isinstance(outer, udfs.Resize):
         return udfs.DecodeResized(outer, decode=inner)
     if not isinstance(inner, udfs.DecodeResized) or inner.flip:
@@ -223,174 +278,11 @@ def fused(inner: Any, outer: Any, outer_random: bool) -> udfs.DecodeResized | No
     return None
 
 
-# ------------------------------------------------------------------ color (tf.image's adjust_*)
-# (brightness, contrast, saturation, hue, grayscale, color_jitter, convert_image_dtype)
-# Kernels in _image_color, _image_hsv and _image_jitter, whose docs say how they differ from
-# tf.image's; UDF objects in _image_color_udfs. Each takes an image or a batch (N, H, W, C),
-# uint8 or float32; the random ones draw for each image of a batch (tf.image: once a call).
-
 __all__ += ["adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation",
             "color_jitter", "convert_image_dtype", "random_brightness", "random_contrast",
-            "random_grayscale", "random_hue", "random_saturation", "rgb_to_grayscale"]
-
-
-def convert_image_dtype(dtype: Any, saturate: bool = False) -> ImageFn:
-    """tf.image.convert_image_dtype to ``dtype`` (``uint8``, ``uint16``, ``float32`` or
-    ``float64``; floats in ``[0, 1]``): ints to floats times ``1 / max``, floats to ints
-    times ``max + 0.5`` truncated (clipped first if ``saturate``), ints to ints by a shift.
-
-    >>> import numpy as np
-    >>> from jdata.ops import image
-    >>> image.convert_image_dtype(np.float32)(np.array([0, 255], np.uint8))
-    array([0., 1.], dtype=float32)
-    >>> image.convert_image_dtype(np.uint8)(np.array([0.5, 0.999], np.float32))  # truncated
-    array([127, 255], dtype=uint8)
-    """
-    try:
-        target = np.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"convert_image_dtype: dtype={dtype!r} is not a dtype; use np.uint8, "
-                        "np.uint16, np.float32 or np.float64") from e
-    if target not in (np.uint8, np.uint16, np.float32, np.float64):
-        raise ValueError(f"convert_image_dtype: dtype={target.name} is not one of uint8, "
-                         "uint16, float32, float64")
-    udf = color_udfs.ConvertImageDtype(target, check.bool_arg(saturate, "saturate",
-                                                               "convert_image_dtype"))
-    return declare(udf, pointwise=True)
-
-
-def adjust_brightness(delta: float) -> ImageFn:
-    """tf.image.adjust_brightness: ``x + delta`` (``uint8``: on ``x / 255``, converted back
-    with saturation; float images are not clipped)."""
-    value = color_udfs.number(delta, "delta", "adjust_brightness")
-    return declare(color_udfs.AdjustColor("brightness", value), pointwise=True)
-
-
-def adjust_contrast(contrast_factor: float) -> ImageFn:
-    """tf.image.adjust_contrast: ``(x - mean) * contrast_factor + mean``, the mean of each
-    channel of each image (so not pointwise)."""
-    value = color_udfs.number(contrast_factor, "contrast_factor", "adjust_contrast")
-    return declare(color_udfs.AdjustColor("contrast", value))
-
-
-def adjust_saturation(saturation_factor: float) -> ImageFn:
-    """tf.image.adjust_saturation: the HSV saturation times ``saturation_factor``, clipped
-    to ``[0, 1]``, on RGB images. ``saturation_factor >= 0`` (tf takes a negative one as 0:
-    give 0)."""
-    value = color_udfs.number(saturation_factor, "saturation_factor", "adjust_saturation",
-                              low=0.0)
-    return declare(color_udfs.AdjustColor("saturation", value), pointwise=True)
-
-
-def adjust_hue(delta: float) -> ImageFn:
-    """tf.image.adjust_hue: the HSV hue turned by ``delta`` (in turns, ``[-1, 1]``), on
-    RGB images.
-
-    >>> import numpy as np
-    >>> from jdata.ops import image
-    >>> image.adjust_hue(1 / 3)(np.array([[[1.0, 0.0, 0.0]]], np.float32)).round(6)
-    array([[[0., 1., 0.]]], dtype=float32)
-    """
-    value = color_udfs.number(delta, "delta", "adjust_hue", low=-1.0, high=1.0)
-    return declare(color_udfs.AdjustColor("hue", value), pointwise=True)
-
-
-def _range(lower: float, upper: float, op: str) -> tuple[float, float]:
-    low = color_udfs.number(lower, "lower", op, low=0.0)
-    high = color_udfs.number(upper, "upper", op)
-    if high <= low:
-        raise ValueError(f"{op}: upper={high} must be > lower={low}")
-    return low, high
-
-
-def random_brightness(max_delta: float) -> RandomImageFn:
-    """tf.image.random_brightness: ``adjust_brightness`` by ``U[-max_delta, max_delta)``,
-    drawn for each image from the element's key (``random_map``)."""
-    value = color_udfs.number(max_delta, "max_delta", "random_brightness", low=0.0)
-    return declare(color_udfs.RandomColor("brightness", repr(value), -value, value),
-                   pointwise=True)
-
-
-def random_contrast(lower: float, upper: float) -> RandomImageFn:
-    """tf.image.random_contrast: ``adjust_contrast`` by ``U[lower, upper)`` per image."""
-    low, high = _range(lower, upper, "random_contrast")
-    return declare(color_udfs.RandomColor("contrast", f"{low!r}, {high!r}", low, high))
-
-
-def random_saturation(lower: float, upper: float) -> RandomImageFn:
-    """tf.image.random_saturation: ``adjust_saturation`` by ``U[lower, upper)`` per image."""
-    low, high = _range(lower, upper, "random_saturation")
-    return declare(color_udfs.RandomColor("saturation", f"{low!r}, {high!r}", low, high),
-                   pointwise=True)
-
-
-def random_hue(max_delta: float) -> RandomImageFn:
-    """tf.image.random_hue: ``adjust_hue`` by ``U[-max_delta, max_delta)`` per image,
-    ``max_delta`` in ``[0, 0.5]``."""
-    value = color_udfs.number(max_delta, "max_delta", "random_hue", low=0.0, high=0.5)
-    return declare(color_udfs.RandomColor("hue", repr(value), -value, value), pointwise=True)
-
-
-def rgb_to_grayscale(keep_channels: bool = False) -> ImageFn:
-    """tf.image.rgb_to_grayscale: ``0.2989 R + 0.5870 G + 0.1140 B`` as one channel, or
-    in all three with ``keep_channels`` (SimCLR's ``to_grayscale``)."""
-    keep = check.bool_arg(keep_channels, "keep_channels", "rgb_to_grayscale")
-    return declare(color_udfs.RgbToGrayscale(keep))
-
-
-def random_grayscale(p: float = 0.2, keep_channels: bool = True) -> RandomImageFn:
-    """``rgb_to_grayscale(keep_channels=True)`` with probability ``p`` per image (SimCLR's
-    ``random_apply(to_grayscale, p)``)."""
-    if not check.bool_arg(keep_channels, "keep_channels", "random_grayscale"):
-        raise ValueError("random_grayscale: keep_channels=False would give 1-channel and "
-                         "3-channel images at random; keep the default, or map "
-                         "rgb_to_grayscale() for always-gray images")
-    p = color_udfs.number(p, "p", "random_grayscale", low=0.0, high=1.0)
-    return declare(color_udfs.RandomGrayscale(p))
-
-
-def color_jitter(brightness: float = 0.0, contrast: float = 0.0, saturation: float = 0.0,
-                 hue: float = 0.0, *, random_order: bool = True,
-                 brightness_mode: str = "multiplicative", p: float = 1.0) -> RandomImageFn:
-    """SimCLR's color jitter with probability ``p``: brightness, contrast, saturation and
-    hue by random factors, in a random order, clipping to ``[0, 1]`` after each (see
-    ``jdata.ops._image_jitter``). SimCLR's strength ``s``:
-    ``color_jitter(0.8 * s, 0.8 * s, 0.8 * s, 0.2 * s, p=0.8)``.
-
-    Args:
-      brightness: factor ``U[max(0, 1 - brightness), 1 + brightness)``
-        ("multiplicative", simclrv2), or delta ``U[-brightness, brightness)``
-        ("additive", simclrv1, tf.image.random_brightness).
-      contrast: factor ``U[1 - contrast, 1 + contrast)``, ``contrast <= 1``.
-      saturation: factor ``U[1 - saturation, 1 + saturation)``, at most 1.
-      hue: delta ``U[-hue, hue)``, ``hue <= 0.5``. A zero skips a transform.
-      random_order: a random order per image, else the order above.
-      brightness_mode: "multiplicative" or "additive".
-      p: the probability that an image is jittered at all.
-
-    >>> import jax, numpy as np, jdata
-    >>> from jdata.ops import image
-    >>> jitter = image.color_jitter(0.8, 0.8, 0.8, 0.2, p=0.8)
-    >>> ds = jdata.from_tensors(np.full((4, 4, 3), 0.5, np.float32)).repeat(3)
-    >>> [x.shape for x in ds.random_map(jitter, jax.random.key(0))]
-    [(4, 4, 3), (4, 4, 3), (4, 4, 3)]
-    """
-    op = "color_jitter"
-    strengths = (color_udfs.number(brightness, "brightness", op, low=0.0),
-                 color_udfs.number(contrast, "contrast", op, low=0.0, high=1.0),
-                 color_udfs.number(saturation, "saturation", op, low=0.0, high=1.0),
-                 color_udfs.number(hue, "hue", op, low=0.0, high=0.5))
-    if brightness_mode not in ("multiplicative", "additive"):
-        raise ValueError(f"color_jitter: brightness_mode={brightness_mode!r} must be "
-                         "'multiplicative' (simclrv2) or 'additive' (simclrv1)")
-    udf = jitter.ColorJitter(strengths, check.bool_arg(random_order, "random_order", op),
-                             brightness_mode == "multiplicative",
-                             color_udfs.number(p, "p", op, low=0.0, high=1.0))
-    return declare(udf)
-
-
-# ------------------------------------------------------------------ geometry
-# (resize methods, sample_distorted_bounding_box, random_resized_crop, boxes, gaussian_blur)
+            "random_grayscale", "random_hue", "random_saturation", "rgb_to_grayscale",
+            "gaussian_blur", "random_gaussian_blur", "random_resized_crop",
+            "sample_distorted_bounding_box"]
 
 
 # ------------------------------------------------------------------ decoding
@@ -405,8 +297,6 @@ __all__ += ["MAX_PIXELS", "ImageDecodeError", "ImageTooLargeError", "decode_imag
 # The default ``max_pixels``: 2**29 // 3 = 178,956,970, tf's JPEG limit for 3 channels
 # (no decode of 512 MiB or more, ``jpeg_mem.cc``), also PIL's refusal threshold.
 MAX_PIXELS = decoding.MAX_PIXELS
-ImageDecodeError = decoding.ImageDecodeError
-ImageTooLargeError = decoding.ImageTooLargeError
 
 
 def _decoder(name: str, dtype: Any, max_pixels: int) -> Declared[[bytes], _Array]:
@@ -449,7 +339,8 @@ def decode_image(dtype: Any = np.uint8,
                  max_pixels: int = decoding.MAX_PIXELS) -> Declared[[bytes], _Array]:
     """``bytes`` -> RGB ``(height, width, 3)`` ``dtype`` array, as
     ``tf.io.decode_image(contents, channels=3, dtype=dtype, expand_animations=False)``:
-    JPEG, PNG, GIF (its first frame), BMP and WebP; the format from the first bytes. ``np.uint16`` widens 8-bit samples as tf (times 257 for PNG, 256 for
-    the rest). Arguments as ``decode_png``'s; errors as ``decode_jpeg``'s.
+    JPEG, PNG, GIF (its first frame), BMP and WebP; the format from the first bytes.
+    ``np.uint16`` widens 8-bit samples as tf (times 257 for PNG, 256 for the rest).
+    Arguments as ``decode_png``'s; errors as ``decode_jpeg``'s.
     """
     return _decoder("decode_image", dtype, max_pixels)

@@ -155,10 +155,9 @@ def test_resize_bad_arguments_fail_when_built(kwargs, error, match):
 
 
 @pytest.mark.parametrize("bad, error, match", [
-    (np.zeros((8, 8, 3), np.float32), TypeError, "uint8 image, got dtype float32; resize "
-                                                 "before to_float"),
+    (np.zeros((8, 8, 3), np.float64), TypeError, "uint8 or float32 image, got dtype float64"),
     (np.zeros((8,), np.uint8), ValueError, r"got shape \(8,\)"),
-    (np.zeros((2, 8, 8, 3), np.uint8), ValueError, "height, width, channels"),
+    (np.zeros((2, 2, 8, 8, 3), np.uint8), ValueError, "height, width, channels"),
     (np.zeros((0, 8, 3), np.uint8), ValueError, "got shape"),
 ])
 def test_resize_bad_images_fail_clearly(bad, error, match):
