@@ -21,6 +21,7 @@ import pytest
 import jdata
 import jdata.service
 from jdata import _iterator, _options, _random, _sources, optimize
+from jdata.ops import image
 from jdata.runtime import pool, probe
 from jdata.service import (_coordination, _dispatcher_stats, _membership, _ray, _rounds,
                            _rounds_reader, _scaling, _session, _worker_buffers, _worker_reads,
@@ -28,6 +29,7 @@ from jdata.service import (_coordination, _dispatcher_stats, _membership, _ray, 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DESIGN, SERVICE, MIGRATION = "docs/design.md", "docs/service.md", "docs/migration.md"
+IMAGE = "docs/image.md"
 _WORDS = {"an": 1, "once": 1, "one": 1, "two": 2, "twice": 2}
 
 
@@ -103,6 +105,7 @@ NUMBERS = [
     (SERVICE, "any plan no read used for {} minutes", lambda: worker.PLAN_IDLE_SEC / 60),
     (SERVICE, "found within {} s instead of", lambda: _ray._CONNECT_TIMEOUT_SEC),
     (SERVICE, "waits up to {} s for its trainers", lambda: jdata.service._CLIENTS_GRACE_SEC),
+    (IMAGE, "the default is `image.MAX_PIXELS`, {} pixels", lambda: image.MAX_PIXELS),
 ]
 
 
