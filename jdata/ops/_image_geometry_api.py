@@ -81,7 +81,11 @@ def sample_distorted_bounding_box(image_size: Sequence[int], key: Array,
         or tf's ``(1, n, 4)``), in [0, 1]; the window covers at least
         ``min_object_covered`` of one of them. None or empty: the whole image
         (where ``use_image_if_no_bounding_boxes``, else an error, as tf's).
-      min_object_covered, aspect_ratio_range, area_range, max_attempts: tf's.
+      min_object_covered: the least fraction of a box the window covers (tf's).
+      aspect_ratio_range: the window's ``width / height`` range (tf's).
+      area_range: the window's fraction of the image's area (tf's).
+      max_attempts: windows drawn before falling back to the whole image.
+      use_image_if_no_bounding_boxes: without boxes, the whole image is the box.
 
     Returns:
       tf's ``(begin, size, bbox)``: ``int32`` ``[y, x, 0]`` and ``[h, w, -1]``
