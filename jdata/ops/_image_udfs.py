@@ -204,15 +204,36 @@ class Crop(ImageUDF):
 
 
 class CenterCrop(Crop):
+    """The central window of an image, or of each image of a ``(N, H, W, C)`` batch."""
+
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if np.ndim(x) == 4:
+            top, left = self.window(*np.shape(x)[1:3])
+            return x[:, top:top + self.height, left:left + self.width]
         top, left = self.window(*np.shape(x)[:2])
         return x[top:top + self.height, left:left + self.width]
 
 
 class RandomCrop(Crop):
+    """A window of an image at a place drawn from the key, or of each image of a
+    ``(N, H, W, C)`` batch at its own place (stacked: a copy)."""
+
     def __call__(self, x, key):
-        top, left = self.window(*np.shape(x)[:2], key)
-        return x[top:top + self.height, left:left + self.width]
+        if np.ndim(x) != 4:
+            top, left = self.window(*np.shape(x)[:2], key)
+            return x[top:top + self.height, left:left + self.width]
+        x = np.asarray(x)
+        out = np.empty((len(x), self.height, self.width, *x.shape[3:]), x.dtype)
+        for i, picture in enumerate(x):
+            first, second = _image_random.words(key, 2, _image_boxes.stream(_CROP, i))
+            top, left = self.window(*x.shape[1:3], np.array([first >> 32, second >> 32],
+                                                            np.uint32))
+            out[i] = picture[top:top + self.height, left:left + self.width]
+        return out
+
+
+# random_crop's stream base on batches (``_image_boxes.stream``): "RCRP".
+_CROP = 0x52435250
 
 
 def key_words(key) -> tuple[int, int]:

@@ -301,3 +301,25 @@ def test_truncated_and_foreign_bytes_are_element_errors_that_ignore_errors_skips
     with pytest.raises(jdata.UDFError) as raised:
         list(ds)
     assert raised.value.position == 2
+
+
+def test_crops_take_each_image_of_a_batch():
+    """A (N, H, W, C) batch is cropped on its image axes, not its batch axis (a probe: a
+    2x2 crop of a (3, 6, 7, 3) batch came out (2, 2, 7, 3))."""
+    batch = np.arange(3 * 6 * 7 * 3, dtype=np.uint8).reshape(3, 6, 7, 3)
+    central = image.center_crop(2, 2)(batch)
+    assert central.shape == (3, 2, 2, 3)
+    assert all((central[i] == image.center_crop(2, 2)(batch[i])).all() for i in range(3))
+    places = set()
+    for seed in range(20):
+        cropped = image.random_crop(2, 3)(batch, np.array([seed, 1], np.uint32))
+        assert cropped.shape == (3, 2, 3, 3)
+        for i in range(3):  # each a window of its own image
+            rows = [(t, le) for t in range(5) for le in range(5)
+                    if (batch[i, t:t + 2, le:le + 3] == cropped[i]).all()]
+            assert rows
+            places.add((i, rows[0]))
+        again = image.random_crop(2, 3)(batch, np.array([seed, 1], np.uint32))
+        assert (again == cropped).all()
+    assert len({p for i, p in places if i == 0}) > 5  # the windows vary with the key
+    assert len({p for i, p in places if i == 1}) > 5
