@@ -52,3 +52,19 @@ def test_a_key_that_is_not_a_raw_pair_is_refused(key):
 def test_a_permutation_size_out_of_range_is_refused():
     with pytest.raises(ValueError, match="size=13 must be in 1..12"):
         draws.permutation(1, 13)
+
+
+def test_split_key_gives_distinct_reproducible_raw_keys():
+    from jdata.ops import image
+
+    keys = image.split_key(np.array([3, 4], np.uint32), 5)
+    assert keys.shape == (5, 2) and keys.dtype == np.uint32
+    assert len({tuple(k) for k in keys.tolist()}) == 5
+    assert (image.split_key(np.array([3, 4], np.uint32), 5) == keys).all()
+    assert (image.split_key(np.array([3, 4], np.uint32), 2) == keys[:2]).all()
+    crop = image.random_crop(2, 2)
+    x = np.arange(10 * 10, dtype=np.uint8).reshape(10, 10)
+    windows = {crop(x, k)[0, 0] for k in image.split_key(np.array([0, 1], np.uint32), 40)}
+    assert len(windows) > 10  # the split keys drive a kernel's draws apart
+    with pytest.raises(ValueError, match="num"):
+        image.split_key(np.array([3, 4], np.uint32), 0)
