@@ -16,7 +16,9 @@ without them; for ``service`` (``jdata.service`` on a local Ray) its scale-out,
 transfer rate, overhead and recovery against issue 13's targets, and for
 ``service_sharing`` the CPU and throughput of jobs sharing one stream (issue 14);
 ``service_cachew`` Cachew's autoscaler (convergence to the demand) and autocache (the
-fig. 8 regimes) (issue 15).
+fig. 8 regimes) (issue 15). ``simclr`` and ``ssd`` (issue 26) are SimCLR's two-view and
+SSD's train pipelines, measured as ``cv``; ``image_kernels`` each ``jdata.ops.image``
+kernel against its tf.image op on one core.
 Absolute times on a shared machine are noise; compare ratios within one run.
 """
 
@@ -25,13 +27,30 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchmarks import (cv, feed, nlp, optimizer, overhead, parse_example, service,
-                        service_cachew, service_sharing, shuffle_buffer, steady, storage)
+from benchmarks import (
+    cv,
+    feed,
+    image_kernels,
+    nlp,
+    optimizer,
+    overhead,
+    parse_example,
+    service,
+    service_cachew,
+    service_sharing,
+    shuffle_buffer,
+    simclr,
+    ssd,
+    steady,
+    storage,
+)
 
 WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer,
              "storage": storage, "shuffle_buffer": shuffle_buffer,
              "parse_example": parse_example, "service": service,
-             "service_sharing": service_sharing, "service_cachew": service_cachew}
+             "service_sharing": service_sharing, "service_cachew": service_cachew,
+             "simclr": simclr, "ssd": ssd, "image_kernels": image_kernels}
+_STEADY = ("overhead", "nlp", "cv", "simclr", "ssd")  # measured by benchmarks/steady.py
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 
@@ -133,7 +152,7 @@ def main(argv=None) -> None:
                         help=f"which to run (default: all of {', '.join(WORKLOADS)})")
     parser.add_argument("--scale", type=float, default=1.0, help="data size multiplier")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="passes per system (best kept; overhead, nlp and cv: "
+                        help="passes per system (best kept; overhead, nlp, cv, simclr, ssd: "
                         "interleaved rounds, at least 3, medians); feed makes one")
     parser.add_argument("--systems", nargs="*", default=None, help="only these systems")
     parser.add_argument("--no-tuning", action="store_true",
@@ -141,11 +160,17 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     _parse_absl_flags()
     for name in args.workloads:
-        if name in ("overhead", "nlp", "cv"):
+        if name in _STEADY:
             steady.report(name, rounds=max(3, args.repeats), scale=args.scale,
                           tuning=not args.no_tuning, systems=args.systems)
         elif name == "feed":
             run_feed(args.scale, args.systems)
+        elif name == "image_kernels":
+            try:
+                image_kernels.report(rounds=max(3, args.repeats))
+            except ImportError as e:
+                print(f"== image_kernels: not installed ({e.name}); `make bench` installs "
+                      "tensorflow")
         elif name == "optimizer":
             optimizer.report(args.scale, args.repeats)
         elif name == "shuffle_buffer":

@@ -10,10 +10,13 @@ the best peer. A fresh process per measurement is what a training job's start
 is: no fork server, pool or compiled function is warm.
 
     python -m benchmarks.steady nlp cv overhead --rounds 3
+    python -m benchmarks.steady simclr ssd --quick   # a smoke run
 
 Workload modules give ``SYSTEMS`` (name -> ``pipeline(data, repeat=False)``),
 ``plain_loop(data, repeat=False)``, ``prepare(scale)`` and optionally
-``HAND_PICKED`` jdata configurations (``--tuning``).
+``HAND_PICKED`` jdata configurations (``--tuning``), ``IMPORTS`` (system family ->
+modules imported before the clock, over the defaults) and ``items_in(batch)`` (the
+items of a batch that is not one array, e.g. ``(images, boxes)``; default ``len``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import importlib
 import json
 import os
 import pickle
+import re
 import statistics
 import subprocess
 import sys
@@ -79,8 +83,9 @@ def _hand_picked(module) -> dict[str, dict]:
 def measure(module, system: str, data, warmup: float, seconds: float) -> Sample:
     """Builds ``system``'s infinite stream and measures it (in this process)."""
     family = system.split()[0]
-    for name in _IMPORTS.get(family, ()):
+    for name in {**_IMPORTS, **getattr(module, "IMPORTS", {})}.get(family, ()):
         importlib.import_module(name)
+    count = getattr(module, "items_in", len)
     start = time.perf_counter()
     stream = iter(_make(module, system)(data, repeat=True))
     next(stream)
@@ -91,7 +96,7 @@ def measure(module, system: str, data, warmup: float, seconds: float) -> Sample:
             next(stream)
         items, begin = 0, time.perf_counter()
         while (now := time.perf_counter()) - begin < seconds:
-            items += len(next(stream))
+            items += count(next(stream))
         return Sample(first, items / (now - begin))
     finally:
         close = getattr(stream, "close", None)
@@ -123,9 +128,16 @@ def measure_in_fresh_process(workload: str, system: str, data_path: str, warmup:
         return f"timed out after {warmup + seconds + _CHILD_TIMEOUT_SEC:.0f} s"
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"failed (exit {done.returncode}): {tail}"
+        return f"failed (exit {done.returncode}): {_why(done.stderr)}"
     return Sample(**json.loads(lines[-1]))
+
+
+def _why(stderr: str) -> str:
+    """The last exception line of a child's stderr (grain ends its tracebacks with a note),
+    else its last line."""
+    lines = stderr.strip().splitlines() or ["no output"]
+    raised = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Exit)\b", line)]
+    return (raised or lines)[-1]
 
 
 @dataclasses.dataclass
@@ -190,6 +202,8 @@ def table(result: Result) -> str:
             lines.append(f"  {ours} / best peer ({best}): steady {rate / peers[best]:.2f}x, "
                          f"first batch {result.first_batch(ours):.2f} s against "
                          f"{result.first_batch(best):.2f} s")
+            lines.append(f"  {ours} / each peer: " + ", ".join(
+                f"{peer} {rate / peer_rate:.2f}x" for peer, peer_rate in peers.items()))
     return "\n".join(lines)
 
 
@@ -221,7 +235,11 @@ def main(argv=None) -> None:
                         help="also jdata's hand-picked configurations")
     parser.add_argument("--systems", nargs="*", default=None,
                         help="only these systems (the plain loop always runs)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 1 round, 0.5 s warm-up, 2 s measured, scale 0.1")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.warmup, args.seconds, args.scale = 1, 0.5, 2.0, 0.1
     if args.child:
         workload, system, data = args.workloads
         _child(argparse.Namespace(workload=workload, system=system, data=data,
