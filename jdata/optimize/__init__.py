@@ -18,9 +18,10 @@ from typing import Protocol
 
 from jdata._plan import Node
 from jdata.optimize.rewrite import Rewritten
-from jdata.optimize import (auto_vectorize, filter_fusion, image_fusion, inject_prefetch,
-                            map_batch_fusion, map_filter_fusion, map_fusion, noop_elimination,
-                            pointwise_after_batch, pushdown, reorder, repeat_by_index)
+from jdata.optimize import (auto_vectorize, filter_fusion, image_chain_fusion, image_fusion,
+                            inject_prefetch, map_batch_fusion, map_filter_fusion, map_fusion,
+                            noop_elimination, pointwise_after_batch, pushdown, reorder,
+                            repeat_by_index)
 
 
 class Rule(Protocol):
@@ -43,6 +44,7 @@ RULES: tuple[Rule, ...] = (
     reorder.ReorderRule(),  # before fusion, which would hide the declarations
     image_fusion.DecodeResizeFusionRule(),  # after reorder, which moves crops next to it
     pointwise_after_batch.PointwiseAfterBatchRule(),  # before map_fusion hides pointwise maps
+    image_chain_fusion.ImageChainFusionRule(),  # after both: they keep their own chains
     auto_vectorize.AutoVectorizeRule(),  # before fusion: vectorized maps fuse together
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),

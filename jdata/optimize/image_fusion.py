@@ -26,14 +26,14 @@ from jdata.optimize.rewrite import bottom_up
 _MAPS = (MapNode, RandomMapNode)
 
 
-def _fusable(outer: Node, inner: Node) -> bool:
+def fusable(outer: Node, inner: Node) -> bool:
     return (type(outer) in _MAPS and type(inner) in _MAPS
             and not outer.vectorize and not inner.vectorize
             and outer.num_parallel_calls == inner.num_parallel_calls
             and outer.deterministic == inner.deterministic)
 
 
-def _stacked_keys(inner: Node, outer: Node) -> np.ndarray | None:
+def stacked_keys(inner: Node, outer: Node) -> np.ndarray | None:
     """The random ops' keys in the fused UDF's order (``inner``'s first); one key as is."""
     keys = [n.key.reshape(-1, 2) for n in (inner, outer) if type(n) is RandomMapNode]
     if not keys:
@@ -47,13 +47,13 @@ class DecodeResizeFusionRule:
 
     def apply(self, plan: Node, options) -> Node:
         def fuse(node: Node) -> Node:
-            if type(node) not in _MAPS or not _fusable(node, node.input):
+            if type(node) not in _MAPS or not fusable(node, node.input):
                 return node
             inner = node.input
             fn = image.fused(inner.fn, node.fn, type(node) is RandomMapNode)
             if fn is None:
                 return node
-            key = _stacked_keys(inner, node)
+            key = stacked_keys(inner, node)
             parallelism = {"num_parallel_calls": node.num_parallel_calls,
                            "deterministic": node.deterministic}
             if key is None:

@@ -155,7 +155,10 @@ def test_maps_of_other_parallelism_or_in_another_order_do_not_fuse():
     assert "decode_resize_fusion" not in cropped_first.explain()
     misused = _chain(jpegs, flip=False).map(image.center_crop(4, 4)).random_map(
         image.center_crop(2, 2), FLIP_KEY)  # a center_crop given keys fails unfused
-    assert _plan(misused).fn.__qualname__ == "center_crop(2, 2)"
+    fused = _plan(misused)  # the two crops chain (image_chain_fusion), apart from the decode
+    assert [p.__qualname__ for p, _ in fused.fn.parts] == ["center_crop(4, 4)",
+                                                           "center_crop(2, 2)"]
+    assert fused.input.fn.__qualname__.startswith("random_crop(24, 24).resize")
 
 
 def test_restores_at_every_step_and_errors_keep_their_positions():

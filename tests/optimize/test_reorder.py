@@ -33,8 +33,9 @@ def _order(ds) -> list[str]:
     node, out = optimize.optimize(ds._node, ds.options).plan, []
     while node.inputs():
         fn = getattr(node, "fn", None) or getattr(node, "predicate", None)
-        if fn is not None:
-            out.append(getattr(getattr(fn, "fn", fn), "__name__", node.op_name))
+        parts = [p for p, _ in reversed(getattr(fn, "parts", ()))]  # an image_chain's
+        for part in parts or ([] if fn is None else [fn]):
+            out.append(getattr(getattr(part, "fn", part), "__name__", node.op_name))
         node = node.inputs()[0]
     return out
 

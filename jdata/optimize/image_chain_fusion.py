@@ -1,0 +1,88 @@
+"""Fuses adjacent ``map``s and ``random_map``s of ``jdata.ops.image``'s kernels into one
+``random_map``: one UDF call (one hand-off between threads, one trip through the pool)
+per element for the whole chain instead of one per kernel.
+
+SimCLR's view (``random_resized_crop``, ``random_flip``, ``convert_image_dtype``,
+``color_jitter``, ``random_grayscale``, ``random_gaussian_blur``) is six stages
+unfused: each element then crosses six thread pools, and each crossing costs a
+wake-up and the GIL, which the kernels themselves (OpenCV, NumPy) mostly release.
+
+The same pixels as unfused: each random op keeps its own key stream (the fused
+``random_map`` holds the ops' keys stacked, ``RandomMapNode``; maps keep positions,
+so each kernel sees the key it would have seen), and the calling convention between
+kernels is the maps' (tuples unpacked, outputs normalized). Only built-in kernels
+fuse (their cost is known to be per element and they have no side effects), at the
+same parallelism and order, none vectorized; ``decode_resize_fusion`` runs first and
+keeps its chains. An element that fails is reported by the fused ``random_map`` at
+the same position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from jdata import _tree
+from jdata._declare import unwrapped
+from jdata._plan import Node
+from jdata.ops import _image_udfs
+from jdata.ops.random_map import RandomMapNode
+from jdata.optimize.image_fusion import fusable, stacked_keys
+from jdata.optimize.rewrite import bottom_up
+
+
+class ImageChain(_image_udfs.ImageUDF):
+    """Kernels called in order on one element; ``parts`` are ``(kernel, random)`` pairs,
+    and the random ones take the rows of the element's stacked keys in order."""
+
+    def __init__(self, parts: tuple[tuple[Any, bool], ...]):
+        super().__init__("image_chain", ".".join(p.__qualname__ for p, _ in reversed(parts)))
+        self.parts = parts
+        self.op_parts = tuple(("random_map" if random else "map", kernel)
+                              for kernel, random in parts)
+
+    def __call__(self, *args):
+        *element, keys = args
+        keys = np.asarray(keys).reshape(-1, 2)
+        value: Any = element[0] if len(element) == 1 else tuple(element)
+        row = 0
+        for kernel, random in self.parts:
+            extra = (keys[row],) if random else ()
+            row += random
+            value = kernel(*value, *extra) if type(value) is tuple else kernel(value, *extra)
+            value = _tree.normalize(value, "random_map")
+        return value
+
+
+def _parts(node: Node) -> tuple[tuple[Any, bool], ...] | None:
+    """A map's or random_map's kernels as chain parts; ``None`` unless all are built in."""
+    fn = unwrapped(node.fn)
+    if isinstance(fn, ImageChain):
+        return fn.parts
+    if not isinstance(fn, _image_udfs.ImageUDF) or isinstance(fn, _image_udfs.DecodeResized):
+        return None
+    return ((fn, type(node) is RandomMapNode),)
+
+
+class ImageChainFusionRule:
+    name = "image_chain_fusion"
+
+    def apply(self, plan: Node, options) -> Node:
+        def fuse(node: Node) -> Node:
+            inner = getattr(node, "input", None)
+            if inner is None or not fusable(node, inner):
+                return node
+            outer_parts, inner_parts = _parts(node), _parts(inner)
+            if outer_parts is None or inner_parts is None:
+                return node
+            parts = inner_parts + outer_parts
+            if not any(random for _, random in parts):
+                return node  # maps only: map_fusion's
+            key = stacked_keys(inner, node)
+            assert key is not None  # a random part has a key
+            return RandomMapNode(inner.input, ImageChain(parts), key,
+                                 num_parallel_calls=node.num_parallel_calls,
+                                 deterministic=node.deterministic)
+
+        return bottom_up(plan, fuse)
