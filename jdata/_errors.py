@@ -99,7 +99,6 @@ def udf_error(op: str, position: int, cause: BaseException) -> UDFError:
     return UDFError(op, position, cause)
 
 
-
 class ImageDecodeError(DecodeError):
     """An image's bytes are corrupt, truncated or of no format the decoder reads
     (``jdata.ops.image``'s decoders)."""
@@ -108,6 +107,7 @@ class ImageDecodeError(DecodeError):
 class ImageTooLargeError(ImageDecodeError):
     """An image's header declares more pixels than the decoder's ``max_pixels`` allows
     (``jdata.ops.image.MAX_PIXELS`` by default): refused before any pixel is decoded."""
+
 
 class ElementError(UDFError):
     """An element failed on a data-service worker outside any user function: the worker's
