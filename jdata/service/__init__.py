@@ -418,23 +418,27 @@ def connect(address: str | None = None, namespace: str = "jdata", *,
     try:
         handle = ray.get_actor(_DISPATCHER, namespace=namespace)
     except ValueError:
-        if owned:
-            ray.shutdown()
-        at = address or "this process's Ray"
-        raise _errors.ServiceNotFoundError(
-            f"service.connect: no jdata dispatcher in namespace {namespace!r} at {at}; start "
-            "one with service.start()") from None
+        raise _not_found(ray, owned, address, namespace, "no jdata dispatcher in namespace "
+                         "{namespace} at {at}") from None
     try:
         _check_version(ray, handle, address, namespace, "service.connect", owned)
         split_elements = split_elements or ray.get(handle.split_elements.remote())
     except ray.exceptions.RayActorError:  # stopped between the lookup and the first call
-        if owned:
-            ray.shutdown()
-        at = address or "this process's Ray"
-        raise _errors.ServiceNotFoundError(
-            f"service.connect: the jdata dispatcher in namespace {namespace!r} at {at} was "
-            "stopped while this process joined it; start one with service.start()") from None
+        raise _not_found(ray, owned, address, namespace, "the jdata dispatcher in namespace "
+                         "{namespace} at {at} was stopped while this process joined it"
+                         ) from None
     return Service(handle, ServiceRef(address, namespace, split_elements), owned)
+
+
+def _not_found(ray: ModuleType, owned: bool, address: str | None, namespace: str,
+               what: str) -> _errors.ServiceNotFoundError:
+    """``service.connect``'s error for a dispatcher it cannot join (``what``, with the
+    namespace and address filled in), after disconnecting a Ray connected only for it."""
+    if owned:
+        ray.shutdown()
+    where = what.format(namespace=repr(namespace), at=address or "this process's Ray")
+    return _errors.ServiceNotFoundError(
+        f"service.connect: {where}; start one with service.start()")
 
 
 def _head_node(ray: ModuleType) -> str:
