@@ -5,6 +5,7 @@ Every message names the op, the argument, the bad value and the fix.
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 import warnings
@@ -51,6 +52,25 @@ def int_arg(value: Any, arg: str, op: str, *, minimum: int | None = None,
     value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{op}: {arg}={value} must be >= {minimum}")
+    return value
+
+
+def float_arg(value: Any, arg: str, op: str, low: float | None = None,
+              high: float | None = None) -> float:
+    """``value`` as a finite float in ``[low, high]``, or a clear error."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.ndarray)):
+        raise TypeError(f"{op}: {arg}={value!r} must be a number")
+    if isinstance(value, np.ndarray):
+        if value.shape != ():
+            raise TypeError(f"{op}: {arg} must be one number, got shape {value.shape}")
+        value = value.item()
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{op}: {arg}={value} must be finite")
+    if (low is not None and value < low) or (high is not None and value > high):
+        span = f"in [{low}, {high}]" if low is not None and high is not None else (
+            f">= {low}" if low is not None else f"<= {high}")
+        raise ValueError(f"{op}: {arg}={value} must be {span}")
     return value
 
 

@@ -53,14 +53,14 @@ def convert_image_dtype(dtype: Any, saturate: bool = False) -> ImageFn:
 def adjust_brightness(delta: float) -> ImageFn:
     """tf.image.adjust_brightness: ``x + delta`` (``uint8``: on ``x / 255``, converted back
     with saturation; float images are not clipped)."""
-    value = color_udfs.number(delta, "delta", "adjust_brightness")
+    value = check.float_arg(delta, "delta", "adjust_brightness")
     return declare(color_udfs.AdjustColor("brightness", value), pointwise=True)
 
 
 def adjust_contrast(contrast_factor: float) -> ImageFn:
     """tf.image.adjust_contrast: ``(x - mean) * contrast_factor + mean``, the mean of each
     channel of each image (so not pointwise)."""
-    value = color_udfs.number(contrast_factor, "contrast_factor", "adjust_contrast")
+    value = check.float_arg(contrast_factor, "contrast_factor", "adjust_contrast")
     return declare(color_udfs.AdjustColor("contrast", value))
 
 
@@ -68,7 +68,7 @@ def adjust_saturation(saturation_factor: float) -> ImageFn:
     """tf.image.adjust_saturation: the HSV saturation times ``saturation_factor``, clipped
     to ``[0, 1]``, on RGB images. ``saturation_factor >= 0`` (tf takes a negative one as 0:
     give 0)."""
-    value = color_udfs.number(saturation_factor, "saturation_factor", "adjust_saturation",
+    value = check.float_arg(saturation_factor, "saturation_factor", "adjust_saturation",
                               low=0.0)
     return declare(color_udfs.AdjustColor("saturation", value), pointwise=True)
 
@@ -82,13 +82,13 @@ def adjust_hue(delta: float) -> ImageFn:
     >>> image.adjust_hue(1 / 3)(np.array([[[1.0, 0.0, 0.0]]], np.float32)).round(6)
     array([[[0., 1., 0.]]], dtype=float32)
     """
-    value = color_udfs.number(delta, "delta", "adjust_hue", low=-1.0, high=1.0)
+    value = check.float_arg(delta, "delta", "adjust_hue", low=-1.0, high=1.0)
     return declare(color_udfs.AdjustColor("hue", value), pointwise=True)
 
 
 def _range(lower: float, upper: float, op: str) -> tuple[float, float]:
-    low = color_udfs.number(lower, "lower", op, low=0.0)
-    high = color_udfs.number(upper, "upper", op)
+    low = check.float_arg(lower, "lower", op, low=0.0)
+    high = check.float_arg(upper, "upper", op)
     if high <= low:
         raise ValueError(f"{op}: upper={high} must be > lower={low}")
     return low, high
@@ -97,7 +97,7 @@ def _range(lower: float, upper: float, op: str) -> tuple[float, float]:
 def random_brightness(max_delta: float) -> RandomImageFn:
     """tf.image.random_brightness: ``adjust_brightness`` by ``U[-max_delta, max_delta)``,
     drawn for each image from the element's key (``random_map``)."""
-    value = color_udfs.number(max_delta, "max_delta", "random_brightness", low=0.0)
+    value = check.float_arg(max_delta, "max_delta", "random_brightness", low=0.0)
     return declare(color_udfs.RandomColor("brightness", repr(value), -value, value),
                    pointwise=True)
 
@@ -118,7 +118,7 @@ def random_saturation(lower: float, upper: float) -> RandomImageFn:
 def random_hue(max_delta: float) -> RandomImageFn:
     """tf.image.random_hue: ``adjust_hue`` by ``U[-max_delta, max_delta)`` per image,
     ``max_delta`` in ``[0, 0.5]``."""
-    value = color_udfs.number(max_delta, "max_delta", "random_hue", low=0.0, high=0.5)
+    value = check.float_arg(max_delta, "max_delta", "random_hue", low=0.0, high=0.5)
     return declare(color_udfs.RandomColor("hue", repr(value), -value, value), pointwise=True)
 
 
@@ -136,7 +136,7 @@ def random_grayscale(p: float = 0.2, keep_channels: bool = True) -> RandomImageF
         raise ValueError("random_grayscale: keep_channels=False would give 1-channel and "
                          "3-channel images at random; keep the default, or map "
                          "rgb_to_grayscale() for always-gray images")
-    p = color_udfs.number(p, "p", "random_grayscale", low=0.0, high=1.0)
+    p = check.float_arg(p, "p", "random_grayscale", low=0.0, high=1.0)
     return declare(color_udfs.RandomGrayscale(p))
 
 
@@ -167,14 +167,14 @@ def color_jitter(brightness: float = 0.0, contrast: float = 0.0, saturation: flo
     [(4, 4, 3), (4, 4, 3), (4, 4, 3)]
     """
     op = "color_jitter"
-    strengths = (color_udfs.number(brightness, "brightness", op, low=0.0),
-                 color_udfs.number(contrast, "contrast", op, low=0.0, high=1.0),
-                 color_udfs.number(saturation, "saturation", op, low=0.0, high=1.0),
-                 color_udfs.number(hue, "hue", op, low=0.0, high=0.5))
+    strengths = (check.float_arg(brightness, "brightness", op, low=0.0),
+                 check.float_arg(contrast, "contrast", op, low=0.0, high=1.0),
+                 check.float_arg(saturation, "saturation", op, low=0.0, high=1.0),
+                 check.float_arg(hue, "hue", op, low=0.0, high=0.5))
     if brightness_mode not in ("multiplicative", "additive"):
         raise ValueError(f"color_jitter: brightness_mode={brightness_mode!r} must be "
                          "'multiplicative' (simclrv2) or 'additive' (simclrv1)")
     udf = jitter.ColorJitter(strengths, check.bool_arg(random_order, "random_order", op),
                              brightness_mode == "multiplicative",
-                             color_udfs.number(p, "p", op, low=0.0, high=1.0))
+                             check.float_arg(p, "p", op, low=0.0, high=1.0))
     return declare(udf)

@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -21,25 +18,6 @@ STREAMS = {"brightness": 1, "contrast": 2, "saturation": 3, "hue": 4, "grayscale
 KERNELS: dict[str, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], int | None]] = {
     "brightness": (color.brightness, None), "contrast": (color.contrast, None),
     "saturation": (hsv.saturation, 3), "hue": (hsv.hue, 3)}
-
-
-def number(value: Any, arg: str, op: str, low: float | None = None,
-           high: float | None = None) -> float:
-    """``value`` as a finite float in ``[low, high]``, or a clear error."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.ndarray)):
-        raise TypeError(f"{op}: {arg}={value!r} must be a number")
-    if isinstance(value, np.ndarray):
-        if value.shape != ():
-            raise TypeError(f"{op}: {arg} must be one number, got shape {value.shape}")
-        value = value.item()
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{op}: {arg}={value} must be finite")
-    if (low is not None and value < low) or (high is not None and value > high):
-        span = f"in [{low}, {high}]" if low is not None and high is not None else (
-            f">= {low}" if low is not None else f"<= {high}")
-        raise ValueError(f"{op}: {arg}={value} must be {span}")
-    return value
 
 
 def _reshaped(out: np.ndarray, image: np.ndarray) -> np.ndarray:

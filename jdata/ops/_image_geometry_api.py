@@ -47,18 +47,9 @@ def _range(value: Any, arg: str, op: str, low: float,
     return pair
 
 
-def _number(value: Any, arg: str, op: str, low: float, high: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"{op}: {arg}={value!r} must be a number")
-    if not np.isfinite(value) or value < low or (high is not None and value > high):
-        top = "" if high is None else f" and <= {high}"
-        raise ValueError(f"{op}: {arg}={value!r} must be >= {low}{top}")
-    return float(value)
-
-
 def _sampling(op: str, min_object_covered: Any, aspect_ratio_range: Any, area_range: Any,
               max_attempts: Any) -> tuple[float, tuple[float, float], tuple[float, float], int]:
-    return (_number(min_object_covered, "min_object_covered", op, 0.0),
+    return (check.float_arg(min_object_covered, "min_object_covered", op, 0.0),
             _range(aspect_ratio_range, "aspect_ratio_range", op, 0.0, None),
             _range(area_range, "area_range", op, 0.0, 1.0),
             check.int_arg(max_attempts, "max_attempts", op, minimum=1))
@@ -188,7 +179,7 @@ def gaussian_blur(kernel_size: int, sigma: float, padding: str = "SAME") -> Imag
         raise ValueError(f"gaussian_blur: padding={padding!r} must be 'SAME' or 'VALID'")
     return declare(_image_geometry.GaussianBlur(
         _blur_size(kernel_size, "gaussian_blur"),
-        _number(sigma, "sigma", "gaussian_blur", 1e-6), padding))
+        check.float_arg(sigma, "sigma", "gaussian_blur", 1e-6), padding))
 
 
 def random_gaussian_blur(kernel_size: int, sigma_range: Sequence[float] = (0.1, 2.0),
@@ -199,4 +190,4 @@ def random_gaussian_blur(kernel_size: int, sigma_range: Sequence[float] = (0.1, 
     op = "random_gaussian_blur"
     return declare(_image_geometry.RandomGaussianBlur(
         _blur_size(kernel_size, op), _range(sigma_range, "sigma_range", op, 0.0, None),
-        _number(p, "p", op, 0.0, 1.0)))
+        check.float_arg(p, "p", op, 0.0, 1.0)))

@@ -26,13 +26,19 @@ def _mix(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def seed(key) -> int:
-    """The key's two 32-bit words as one 64-bit word (``TypeError`` for anything but a raw
-    ``uint32[2]`` key)."""
+def key_words(key) -> tuple[int, int]:
+    """The two uniformly random 32-bit words of a raw ``uint32[2]`` key (``TypeError`` for
+    anything else)."""
     words = np.asarray(key, np.uint32).reshape(-1)
     if words.shape != (2,):
         raise TypeError(f"expected a raw uint32[2] key (random_map's), got shape {words.shape}")
-    return (int(words[0]) << 32) | int(words[1])
+    return int(words[0]), int(words[1])
+
+
+def seed(key) -> int:
+    """The key's two 32-bit words as one 64-bit word."""
+    first, second = key_words(key)
+    return (first << 32) | second
 
 
 def words(key, count: int, stream: int = 0) -> list[int]:

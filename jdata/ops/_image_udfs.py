@@ -199,7 +199,7 @@ class Crop(ImageUDF):
                              f"in an image of {image_height}x{image_width}")
         if key is None:
             return (rows - 1) // 2, (cols - 1) // 2
-        first, second = key_words(key)
+        first, second = _image_random.key_words(key)
         return first % rows, second % cols
 
 
@@ -236,14 +236,6 @@ class RandomCrop(Crop):
 _CROP = 0x52435250
 
 
-def key_words(key) -> tuple[int, int]:
-    """The two uniformly random 32-bit words of an element's ``uint32[2]`` key."""
-    words = np.asarray(key, np.uint32).reshape(-1)
-    if words.shape != (2,):
-        raise TypeError(f"expected a raw uint32[2] key (random_map's), got shape {words.shape}")
-    return int(words[0]), int(words[1])
-
-
 class RandomFlip(ImageUDF):
     """Mirrors an image (the key's first word's top bit says whether) or each image of a
     ``(N, H, W, C)`` batch (each its own draw); with ``boxes``, ``(image, boxes)``."""
@@ -254,7 +246,7 @@ class RandomFlip(ImageUDF):
 
     @staticmethod
     def flips(key) -> bool:
-        return bool(key_words(key)[0] >> 31)
+        return bool(_image_random.key_words(key)[0] >> 31)
 
     def __call__(self, x: np.ndarray, *args):
         boxes, key = _image_boxes.split_element(args, self.boxes, "random_flip")
