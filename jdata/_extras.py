@@ -8,6 +8,7 @@ module and the ``pip install`` line of the extra that brings it.
 from __future__ import annotations
 
 import importlib
+import sys
 
 from jdata._errors import MissingExtraError as MissingExtraError
 
@@ -36,6 +37,10 @@ def require(module: str, feature: str):
     >>> require("numpy", "a doctest").__name__
     'numpy'
     """
+    loaded = sys.modules.get(module)  # the hot path: kernels ask on every call
+    if loaded is not None and not getattr(getattr(loaded, "__spec__", None),
+                                          "_initializing", False):
+        return loaded
     try:
         return importlib.import_module(module)
     except ImportError as e:

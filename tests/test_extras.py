@@ -3,6 +3,7 @@
 import importlib
 import pickle
 import sys
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +40,30 @@ def test_require_returns_the_module_and_reraises_modules_of_no_extra(monkeypatch
     with pytest.raises(ImportError) as info:
         _extras.require("not_an_extra_module", "x")
     assert not isinstance(info.value, _extras.MissingExtraError)
+
+
+def test_require_takes_a_loaded_module_from_sys_modules_without_the_import_machinery(
+        monkeypatch):
+    # Kernels ask on every call: the import system's locks and lookups held the GIL for
+    # a tenth of a color_jitter call.
+    def refuse(name, package=None):
+        raise AssertionError(f"import_module({name!r}) for a module already loaded")
+
+    monkeypatch.setattr(_extras.importlib, "import_module", refuse)
+    assert _extras.require("numpy", "x") is np
+
+
+def test_require_leaves_a_module_still_initializing_to_the_import_system(monkeypatch):
+    # Another thread's import in progress: import_module waits for it to finish.
+    half = types.ModuleType("half_imported")
+    half.__spec__ = importlib.machinery.ModuleSpec("half_imported", None)
+    half.__spec__._initializing = True
+    monkeypatch.setitem(sys.modules, "half_imported", half)
+    asked = []
+    monkeypatch.setattr(_extras.importlib, "import_module",
+                        lambda name, package=None: asked.append(name) or half)
+    assert _extras.require("half_imported", "x") is half
+    assert asked == ["half_imported"]
 
 
 def test_the_error_pickles_with_its_fields():

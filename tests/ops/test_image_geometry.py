@@ -120,6 +120,19 @@ def test_gaussian_blur_batches_and_many_channels():
     np.testing.assert_allclose(out[1, ..., 5], blur(batch[1, ..., 5]), atol=0)
 
 
+@pytest.mark.parametrize("sigma", [0.3, 0.5, 0.8, 1.0, 2.0])
+def test_blur_taps_leave_no_subnormal_float_in_the_output(sigma):
+    # SimCLR's radius 11 with sigma 0.3-0.8 gave taps near 1e-40: their products with the
+    # pixels were subnormal floats, and the filter ran ten times slower on them (tf's
+    # kernels flush subnormals to zero). A single lit pixel shows every tap's product.
+    point = np.zeros((31, 31, 3), np.float32)
+    point[15, 15] = 1.0
+    out = image.gaussian_blur(22, sigma)(point)
+    lit = np.abs(out[out != 0])
+    assert lit.min() >= np.finfo(np.float32).tiny
+    assert out[15, 15, 0] == out.max() and np.isclose(out.sum(), 3.0, atol=1e-5)
+
+
 @pytest.mark.parametrize("call, error, match", [
     (lambda: image.gaussian_blur(0, 1.0), ValueError, "kernel_size=0 must be >= 1"),
     (lambda: image.gaussian_blur(3, 0.0), ValueError, "sigma=0.0 must be >= 1e-06"),
