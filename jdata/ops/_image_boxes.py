@@ -95,18 +95,22 @@ def _random_crop(width: int, height: int, min_area: float, max_area: float, aspe
     return x, y, crop_width, crop_height
 
 
-def _covers(window, boxes: np.ndarray, min_covered: float) -> bool:
-    """tf's SatisfiesOverlapConstraints: ``boxes`` are integer ``(x0, y0, x1, y1)`` rows."""
+def _covers(window, boxes: list[list[int]], min_covered: float) -> bool:
+    """tf's SatisfiesOverlapConstraints: ``boxes`` are integer ``[x0, y0, x1, y1]`` rows
+    (Python ints: a few boxes per call, where NumPy's per-call cost was most of the time)."""
     x, y, w, h = window
     if w * h < 1:
         return False
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    inter_w = np.minimum(x + w, boxes[:, 2]) - np.maximum(x, boxes[:, 0])
-    inter_h = np.minimum(y + h, boxes[:, 3]) - np.maximum(y, boxes[:, 1])
-    inter = np.where((inter_w >= 0) & (inter_h >= 0), inter_w * inter_h, 0)
-    big = areas >= 1
-    covered = inter[big].astype(np.float32) / areas[big].astype(np.float32)
-    return bool((covered >= _F(min_covered)).any())
+    least = _F(min_covered)
+    for x0, y0, x1, y1 in boxes:
+        area = (x1 - x0) * (y1 - y0)
+        if area < 1:
+            continue
+        inter_w, inter_h = min(x + w, x1) - max(x, x0), min(y + h, y1) - max(y, y0)
+        inter = inter_w * inter_h if inter_w >= 0 and inter_h >= 0 else 0
+        if _F(inter) / _F(area) >= least:
+            return True
+    return False
 
 
 def pixel_boxes(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -118,7 +122,7 @@ def pixel_boxes(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
 def sample(height: int, width: int, boxes: np.ndarray, key, stream: int, min_covered: float,
            aspect_range, area_range, max_attempts: int) -> tuple[int, int, int, int]:
     """The window ``(y, x, h, w)``; ``boxes`` normalized ``(n, 4)``, at least one."""
-    pixels = pixel_boxes(boxes, height, width)
+    pixels = pixel_boxes(boxes, height, width).tolist()
     words = _Words(key, stream)
     low, span = _F(aspect_range[0]), _F(aspect_range[1]) - _F(aspect_range[0])
     for _ in range(max_attempts):

@@ -238,7 +238,7 @@ class Pool:
         waited = 0.0 if ready else time.perf_counter() - start
         self._record(outcomes, timing, waited)
         if self.chooser is not None:  # measuring on threads
-            self._maybe_switch(timing, waited)
+            self._maybe_switch(timing, waited, outcomes)
         elif self._starting is not None and self._starting.done():
             self._finish_switch()
         return list(zip(tags, outcomes, strict=True))
@@ -289,8 +289,11 @@ class Pool:
         stats.held_bytes = (int(stats.buffered * stats.bytes_per_element)
                             + self._executor.shared_bytes())
 
-    def _maybe_switch(self, timing: tuple[float, float, float], waited: float) -> None:
-        decision = self.chooser.record(timing, waited, self.parallelism)
+    def _maybe_switch(self, timing: tuple[float, float, float], waited: float,
+                      outcomes: list) -> None:
+        decision = self.chooser.record(timing, waited, self.parallelism, len(outcomes),
+                                       self.stats.bytes_per_element,
+                                       (time.perf_counter(), time.process_time()))
         if decision is None:
             return
         engine, reason = decision
