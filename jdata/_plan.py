@@ -61,6 +61,10 @@ class Node:
     tunable_buffer: ClassVar[bool] = False
     # A source whose reader can pass over other shards' elements (``sharded``).
     reads_shards: ClassVar[bool] = False
+    # One element out for each element in, in order, each from that element alone: the
+    # op keeps positions and counts (``shard``/``skip``/``take`` may move below it; a
+    # service split point above it keeps each element's position).
+    keeps_positions: ClassVar[bool] = False
 
     def inputs(self) -> tuple[Node, ...]:
         """Child nodes, in field order."""

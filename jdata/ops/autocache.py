@@ -25,6 +25,7 @@ class AutocacheNode(Node):
     input: Node
     mode: str | None = None
     op_name: ClassVar[str] = "autocache"
+    keeps_positions: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return self.input.cardinality()

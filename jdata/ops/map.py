@@ -24,6 +24,7 @@ class MapNode(Node):
     deterministic: bool | None = None
     vectorize: bool = False
     op_name: ClassVar[str] = "map"
+    keeps_positions: ClassVar[bool] = True
     parallel: ClassVar[bool] = True
 
     def cardinality(self) -> int:

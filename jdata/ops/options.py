@@ -17,6 +17,7 @@ class OptionsNode(Node):
     input: Node
     options: Options
     op_name: ClassVar[str] = "options"
+    keeps_positions: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return self.input.cardinality()

@@ -18,6 +18,7 @@ class PrefetchNode(Node):
     input: Node
     buffer_size: int
     op_name: ClassVar[str] = "prefetch"
+    keeps_positions: ClassVar[bool] = True
     tunable_buffer: ClassVar[bool] = True
 
     def cardinality(self) -> int:

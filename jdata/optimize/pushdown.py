@@ -9,6 +9,9 @@ would compute elements past the ``n``-th ahead of time and drop them.
 ``map`` computes each element from that element alone, so the outputs are
 the same; a ``UDFError`` then reports the element's position in the
 smaller stream. ``random_map`` is not crossed: its keys depend on positions.
+Other ops that keep positions (``Node.keeps_positions``: ``with_options``,
+``prefetch``, ``autocache``) are crossed where a sequential ``map`` lies
+below them, so they do not hide one from the rule.
 
 A ``shard`` that reaches a TFRecord or text-lines source becomes the
 source's own: it passes over the other shards' records there (a TFRecord
@@ -29,7 +32,14 @@ from jdata.optimize.rewrite import bottom_up, sink
 
 
 def _crosses(node: Node, below: Node) -> bool:
-    return type(below) is MapNode and not below.input.random_access()
+    """Whether ``node`` moves below ``below``: an op that keeps positions
+    (``Node.keeps_positions``: ``with_options``, ``prefetch``, ``autocache``...) is crossed
+    on the way to a ``map`` of a sequential input, which is what the move saves."""
+    while below.keeps_positions:
+        if type(below) is MapNode:
+            return not below.input.random_access()
+        below = below.input
+    return False
 
 
 def _into_source(node: Node) -> Node:

@@ -24,17 +24,13 @@ import dataclasses
 from jdata._constants import INFINITE
 from jdata._plan import Node
 from jdata.io.records import ShardedRecordsNode, TextLinesNode, TFRecordNode
-from jdata.ops.autocache import AutocacheNode
 from jdata.ops.batch import BatchNode
 from jdata.ops.filter import FilterNode
 from jdata.ops.flat_map import FlatMapNode
 from jdata.ops.ignore_errors import IgnoreErrorsNode
 from jdata.ops.interleave import InterleaveNode
-from jdata.ops.map import MapNode
 from jdata.ops.map_batch import MapBatchNode
-from jdata.ops.options import OptionsNode
 from jdata.ops.padded_batch import PaddedBatchNode
-from jdata.ops.prefetch import PrefetchNode
 from jdata.ops.random_map import RandomMapNode
 from jdata.ops.repeat import RepeatByIndexNode, RepeatNode
 from jdata.ops.shuffle import ShuffleNode
@@ -51,8 +47,8 @@ LOCAL = "local"
 # as in tf.data, where each split of a dynamic sharding is a stream of its own.
 PER_SPLIT = "per_split"
 
-_ROLES = {MapNode: SAME, PrefetchNode: SAME, OptionsNode: SAME, AutocacheNode: SAME,
-          FilterNode: LOCAL, UnbatchNode: LOCAL, IgnoreErrorsNode: LOCAL,
+# (Ops that keep positions, ``Node.keeps_positions``, are SAME.)
+_ROLES = {FilterNode: LOCAL, UnbatchNode: LOCAL, IgnoreErrorsNode: LOCAL,
           FlatMapNode: PER_SPLIT, BatchNode: PER_SPLIT, PaddedBatchNode: PER_SPLIT,
           MapBatchNode: PER_SPLIT, ShuffleNode: PER_SPLIT, RandomMapNode: PER_SPLIT,
           RepeatNode: PER_SPLIT}
@@ -127,6 +123,8 @@ def find(plan: Node) -> SplitPoint:
 
 def role(node: Node) -> str | None:
     """``SAME``, ``LOCAL`` or ``PER_SPLIT`` for an op that may be above a split point."""
+    if node.keeps_positions:
+        return SAME
     for cls in type(node).__mro__:  # subclasses too (the optimizer's injected prefetch)
         if cls in _ROLES:
             return _ROLES[cls]

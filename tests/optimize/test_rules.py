@@ -12,7 +12,7 @@ from jdata import optimize
 from jdata.ops.filter import FilterNode
 from jdata.ops.map import MapNode
 from jdata.ops.prefetch import InjectedPrefetchNode
-from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list, plan_ops
+from tests.helpers import assert_same_sequence, check_restore_at_every_step, plan_ops, take_list
 
 OFF = jdata.Options(optimize=False)
 
@@ -192,6 +192,35 @@ def test_take_moves_below_a_parallel_map_so_nothing_past_it_is_computed():
     assert "pushdown" in [f.rule for f in result.fired]
     assert [int(x) for x in take_list(ds)] == [0, 10, 20, 30, 40]
     assert sorted(calls) == [0, 1, 2, 3, 4]  # a parallel map no longer computes ahead
+
+
+@pytest.mark.parametrize("between", ["with_options", "prefetch", "autocache"])
+def test_take_moves_below_ops_that_keep_positions_to_reach_the_map(between):
+    # A probe: with_options() or autocache() between a map and a take hid the map from the
+    # rule (it looked only at the op right below), so elements past the take were mapped.
+    calls = []
+
+    def counted(x):
+        calls.append(int(x))
+        return x * 10
+
+    mapped = _generated(1000).map(counted, num_parallel_calls=4)
+    middle = {"with_options": lambda d: d.with_options(jdata.Options(cpu_budget=2)),
+              "prefetch": lambda d: d.prefetch(8), "autocache": lambda d: d.autocache()}
+    ds = middle[between](mapped).take(5)
+    result = _optimized(ds)
+    assert "pushdown" in [f.rule for f in result.fired]
+    assert plan_ops(result.plan)[-3:] == ["map", "take", "from_generator"]
+    assert [int(x) for x in take_list(ds)] == [0, 10, 20, 30, 40]
+    assert sorted(calls) == [0, 1, 2, 3, 4]
+
+
+def test_pushdown_moves_nothing_where_no_sequential_map_lies_below():
+    # Crossing ops that keep positions pays only on the way to a map: plans without one
+    # keep their shape (and explain() names no rule).
+    for ds in [_generated(20).with_options(jdata.Options(cpu_budget=2)).take(5),
+               jdata.range(20).map(abs).prefetch(2).take(5)]:
+        assert "pushdown" not in [f.rule for f in _optimized(ds).fired]
 
 
 def test_pushdown_leaves_random_access_inputs_and_random_maps_alone():
