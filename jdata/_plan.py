@@ -160,6 +160,26 @@ class Node:
         return f"{type(self).__name__.removesuffix('Node')}({args})"
 
 
+class Unchanged(Node):
+    """Base of the one-input ops whose elements have their input's structure (tf.data's
+    ``UnaryUnchangedStructureDataset``): the element spec is the input's. Two class flags
+    say what else passes through: ``keeps_count``, the cardinality is the input's (else
+    unknown, unless the op computes it); ``keeps_access``, the op serves elements by index
+    where its input does (else not, unless the op says)."""
+
+    keeps_count: ClassVar[bool] = False
+    keeps_access: ClassVar[bool] = False
+
+    def compute_spec(self):
+        return self.input.element_spec()  # type: ignore[attr-defined]
+
+    def cardinality(self) -> int:
+        return self.input.cardinality() if self.keeps_count else UNKNOWN  # type: ignore
+
+    def random_access(self) -> bool:
+        return self.keeps_access and self.input.random_access()  # type: ignore
+
+
 def is_node_collection(value) -> bool:
     """True for a non-empty tuple, list or dict of nodes (an op's inputs, e.g. ``zip``'s)."""
     # all() stops at a source's first datum, so a large in-memory source costs nothing.

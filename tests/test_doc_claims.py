@@ -20,7 +20,7 @@ import pytest
 
 import jdata
 import jdata.service
-from jdata import _iterator, _options, _random, _sources, optimize
+from jdata import _iterator, _options, _plan, _random, _sources, optimize
 from jdata.ops import image
 from jdata.runtime import pool, probe
 from jdata.service import (_coordination, _dispatcher_stats, _membership, _ray, _rounds,
@@ -172,6 +172,13 @@ def test_the_design_lists_every_option_and_engine():
     engines = [n.strip('"') for n in listed if n.startswith('"')]
     assert [n for n in listed if n in fields] == fields
     assert tuple(engines) == _options.ENGINES
+
+
+def test_the_design_lists_every_capability_flag_of_the_plan_nodes():
+    listed = _listed(DESIGN, "declare their capabilities as class variables", "; printable")
+    flags = {name for cls in (_plan.Node, _plan.Unchanged)
+             for name, value in vars(cls).items() if type(value) is bool}
+    assert set(listed) - {"Unchanged"} == flags
 
 
 def test_the_design_lists_the_rules_in_the_order_they_run():

@@ -17,30 +17,25 @@ from typing import ClassVar
 
 from jdata import _fingerprint, _planner
 from jdata._constants import INFINITE
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.io import array_record, load_op, saved
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class FileCacheNode(Node):
+class FileCacheNode(Unchanged):
     """``directory``: the cache's path (for a snapshot, ``path/<fingerprint>``)."""
 
     input: Node
     directory: str
     snapshot: bool = False
     op_name: ClassVar[str] = "cache_file"
+    keeps_count: ClassVar[bool] = True
 
     def __post_init__(self):
         # Where the pipeline is built, not at its first element.
         array_record._module("snapshot" if self.snapshot else "cache")
-
-    def cardinality(self) -> int:
-        return self.input.cardinality()
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
     def __str__(self):
         kind = "Snapshot" if self.snapshot else "CacheFile"

@@ -22,7 +22,7 @@ from typing import Callable, ClassVar
 from jdata import _planner
 from jdata._errors import DataError
 from jdata._extras import require
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata._spec import STRING, TensorSpec
 from jdata.io._streams import Corrupt, open_stream
 from jdata.runtime import states
@@ -63,7 +63,7 @@ class TextLinesNode(_FileRecordsNode):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ShardedRecordsNode(Node):
+class ShardedRecordsNode(Unchanged):
     """A ``shard`` pushed into the TFRecord or text-lines source below it (the optimizer's
     ``pushdown``): the reader passes over other shards' records (a TFRecord's are
     seeked past, never read). Its elements are the ``shard``'s."""
@@ -72,9 +72,6 @@ class ShardedRecordsNode(Node):
     num_shards: int
     index: int
     op_name: ClassVar[str] = "shard"
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
     def __str__(self):
         return f"{self.input}, read as shard {self.index} of {self.num_shards}"

@@ -12,29 +12,22 @@ import dataclasses
 from typing import ClassVar
 
 from jdata import _planner
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 
 # What ``mode`` may force; None lets the service choose by measuring epoch 1.
 MODES = ("compute", "marker", "output")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class AutocacheNode(Node):
+class AutocacheNode(Unchanged):
     """See ``Dataset.autocache``."""
 
     input: Node
     mode: str | None = None
     op_name: ClassVar[str] = "autocache"
     keeps_positions: ClassVar[bool] = True
-
-    def cardinality(self) -> int:
-        return self.input.cardinality()
-
-    def random_access(self) -> bool:
-        return self.input.random_access()
-
-    def compute_spec(self):
-        return self.input.element_spec()
+    keeps_count: ClassVar[bool] = True
+    keeps_access: ClassVar[bool] = True
 
     def __str__(self):
         mode = "chosen by the service" if self.mode is None else repr(self.mode)

@@ -14,7 +14,7 @@ from typing import ClassVar, NamedTuple
 from jdata import _planner
 from jdata._constants import INFINITE
 from jdata._errors import UDFError
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.values import frozen
@@ -29,17 +29,12 @@ _STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CacheNode(Node):
+class CacheNode(Unchanged):
     """See ``Dataset.cache``."""
 
     input: Node
     op_name: ClassVar[str] = "cache"
-
-    def cardinality(self) -> int:
-        return self.input.cardinality()
-
-    def compute_spec(self):
-        return self.input.element_spec()
+    keeps_count: ClassVar[bool] = True
 
 
 class _CacheIterator(Iterator):

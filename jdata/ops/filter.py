@@ -10,7 +10,7 @@ import numpy as np
 
 from jdata import _planner
 from jdata._constants import UNKNOWN
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime import states, udf
 from jdata.runtime.iterator import IndexIterator, Iterator, UnaryIterator, read_block
 
@@ -20,7 +20,7 @@ _MAX_BLOCK = 1024
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class FilterNode(Node):
+class FilterNode(Unchanged):
     """See ``Dataset.filter``."""
 
     input: Node
@@ -30,9 +30,6 @@ class FilterNode(Node):
     def cardinality(self) -> int:
         # As in tf.data: even over an infinite input, every element may be dropped.
         return 0 if self.input.cardinality() == 0 else UNKNOWN
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
 
 def predicate_result(value, op: str, position: int | None) -> bool:

@@ -9,14 +9,14 @@ from typing import ClassVar
 from jdata import _planner
 from jdata._constants import UNKNOWN
 from jdata._errors import DataError, UDFError
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime.iterator import UnaryIterator
 
 _LOGGER = logging.getLogger("jdata")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class IgnoreErrorsNode(Node):
+class IgnoreErrorsNode(Unchanged):
     """See ``Dataset.ignore_errors``."""
 
     input: Node
@@ -25,9 +25,6 @@ class IgnoreErrorsNode(Node):
 
     def cardinality(self) -> int:
         return 0 if self.input.cardinality() == 0 else UNKNOWN
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
 
 class _IgnoreErrorsIterator(UnaryIterator):

@@ -7,26 +7,19 @@ from typing import ClassVar
 
 from jdata import _planner
 from jdata._options import Options
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class OptionsNode(Node):
+class OptionsNode(Unchanged):
     """See ``Dataset.with_options``. Changes no element; read by ``Dataset.options``."""
 
     input: Node
     options: Options
     op_name: ClassVar[str] = "options"
     keeps_positions: ClassVar[bool] = True
-
-    def cardinality(self) -> int:
-        return self.input.cardinality()
-
-    def random_access(self) -> bool:
-        return self.input.random_access()
-
-    def compute_spec(self):
-        return self.input.element_spec()
+    keeps_count: ClassVar[bool] = True
+    keeps_access: ClassVar[bool] = True
 
 
 def _reader(node: OptionsNode, ctx, epoch: int):

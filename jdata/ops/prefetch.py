@@ -7,12 +7,12 @@ from typing import ClassVar
 
 from jdata import _planner
 from jdata._constants import AUTOTUNE
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime import opstats, parallel, prefetch
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PrefetchNode(Node):
+class PrefetchNode(Unchanged):
     """See ``Dataset.prefetch``."""
 
     input: Node
@@ -20,12 +20,7 @@ class PrefetchNode(Node):
     op_name: ClassVar[str] = "prefetch"
     keeps_positions: ClassVar[bool] = True
     tunable_buffer: ClassVar[bool] = True
-
-    def cardinality(self) -> int:
-        return self.input.cardinality()
-
-    def compute_spec(self):
-        return self.input.element_spec()
+    keeps_count: ClassVar[bool] = True
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

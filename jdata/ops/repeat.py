@@ -12,14 +12,13 @@ from typing import ClassVar
 
 from jdata import _planner, _random
 from jdata._constants import INFINITE, UNKNOWN
-from jdata._plan import Node
-from jdata.runtime import states
-from jdata.runtime import iterator
+from jdata._plan import Node, Unchanged
+from jdata.runtime import iterator, states
 from jdata.runtime.iterator import Iterator
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class RepeatNode(Node):
+class RepeatNode(Unchanged):
     """See ``Dataset.repeat``. ``count=None`` repeats forever."""
 
     input: Node
@@ -39,15 +38,12 @@ class RepeatNode(Node):
     def random_access(self) -> bool:
         return self.count is not None and self.input.random_access()
 
-    def compute_spec(self):
-        return self.input.element_spec()
-
     def __str__(self):
         return "Repeat(forever)" if self.count is None else f"Repeat(count={self.count})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class RepeatByIndexNode(Node):
+class RepeatByIndexNode(Unchanged):
     """A forever ``repeat`` of a random-access input read by index, as one stream of
     passes (the optimizer's ``repeat_by_index``), instead of building the input's
     iterator again each pass."""
@@ -55,15 +51,10 @@ class RepeatByIndexNode(Node):
     input: Node
     count: ClassVar[None] = None  # forever, as the RepeatNode it replaces
     op_name: ClassVar[str] = "repeat"
+    keeps_access: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         return 0 if self.input.cardinality() == 0 else INFINITE
-
-    def random_access(self) -> bool:
-        return self.input.random_access()
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
     def __str__(self):
         return "Repeat(forever, by index)"

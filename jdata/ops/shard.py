@@ -8,30 +8,25 @@ from typing import ClassVar
 from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import DataError, UDFError
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime.iterator import UnaryIterator
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ShardNode(Node):
+class ShardNode(Unchanged):
     """See ``Dataset.shard``."""
 
     input: Node
     num_shards: int
     index: int
     op_name: ClassVar[str] = "shard"
+    keeps_access: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         n = self.input.cardinality()
         if n in (INFINITE, UNKNOWN):
             return n
         return shard_length(n, self.num_shards, self.index)
-
-    def random_access(self) -> bool:
-        return self.input.random_access()
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
 
 def shard_length(n: int, num_shards: int, index: int) -> int:

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from jdata import _planner, _random
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.tap import Tap
@@ -20,7 +20,7 @@ _PERMUTATION_BLOCK = 1024
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ShuffleNode(Node):
+class ShuffleNode(Unchanged):
     """See ``Dataset.shuffle``."""
 
     input: Node
@@ -29,15 +29,10 @@ class ShuffleNode(Node):
     reshuffle_each_iteration: bool = True
     op_name: ClassVar[str] = "shuffle"
     random: ClassVar[bool] = True
-
-    def cardinality(self) -> int:
-        return self.input.cardinality()
+    keeps_count: ClassVar[bool] = True
 
     def random_access(self) -> bool:
         return self.buffer_size is None and self.input.random_access()
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
     def random_epoch(self, epoch: int) -> int:
         """The epoch the shuffle's randomness uses: fixed when not reshuffling."""

@@ -8,18 +8,19 @@ from typing import ClassVar
 from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import UDFError
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime import iterator
 from jdata.runtime.iterator import UnaryIterator
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SkipNode(Node):
+class SkipNode(Unchanged):
     """See ``Dataset.skip``. ``count == -1`` skips everything."""
 
     input: Node
     count: int
     op_name: ClassVar[str] = "skip"
+    keeps_access: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         if self.count < 0:
@@ -28,12 +29,6 @@ class SkipNode(Node):
         if n in (INFINITE, UNKNOWN):
             return n
         return max(0, n - self.count)
-
-    def random_access(self) -> bool:
-        return self.input.random_access()
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
 
 class _SkipReader:

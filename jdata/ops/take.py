@@ -7,18 +7,19 @@ from typing import ClassVar
 
 from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime import iterator
 from jdata.runtime.iterator import UnaryIterator
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TakeNode(Node):
+class TakeNode(Unchanged):
     """See ``Dataset.take``. ``count == -1`` takes everything."""
 
     input: Node
     count: int
     op_name: ClassVar[str] = "take"
+    keeps_access: ClassVar[bool] = True
 
     def cardinality(self) -> int:
         n = self.input.cardinality()
@@ -29,12 +30,6 @@ class TakeNode(Node):
         if n == INFINITE:
             return self.count
         return min(n, self.count)
-
-    def random_access(self) -> bool:
-        return self.input.random_access()
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
 
 class _TakeReader:

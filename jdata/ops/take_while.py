@@ -7,15 +7,14 @@ from typing import Callable, ClassVar
 
 from jdata import _planner
 from jdata._constants import UNKNOWN
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.ops.filter import predicate_result
-from jdata.runtime import udf
-from jdata.runtime import states
+from jdata.runtime import states, udf
 from jdata.runtime.iterator import Iterator
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TakeWhileNode(Node):
+class TakeWhileNode(Unchanged):
     """See ``Dataset.take_while``."""
 
     input: Node
@@ -24,9 +23,6 @@ class TakeWhileNode(Node):
 
     def cardinality(self) -> int:
         return 0 if self.input.cardinality() == 0 else UNKNOWN
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
 
 class _TakeWhileIterator(Iterator):

@@ -9,7 +9,7 @@ import numpy as np
 
 from jdata import _plan, _planner
 from jdata._constants import UNKNOWN
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata._spec import TensorSpec
 from jdata.runtime import state_codec, states
 from jdata.runtime.iterator import Iterator
@@ -20,7 +20,7 @@ _SUPPORTED = ("unique: elements must be integer scalars or strings (str/bytes), 
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class UniqueNode(Node):
+class UniqueNode(Unchanged):
     """See ``Dataset.unique``."""
 
     input: Node
@@ -39,9 +39,6 @@ class UniqueNode(Node):
 
     def cardinality(self) -> int:
         return 0 if self.input.cardinality() == 0 else UNKNOWN
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
 
 def _check_spec(spec) -> None:

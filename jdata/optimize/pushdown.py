@@ -10,8 +10,9 @@ would compute elements past the ``n``-th ahead of time and drop them.
 the same; a ``UDFError`` then reports the element's position in the
 smaller stream. ``random_map`` is not crossed: its keys depend on positions.
 Other ops that keep positions (``Node.keeps_positions``: ``with_options``,
-``prefetch``, ``autocache``) are crossed where a sequential ``map`` lies
-below them, so they do not hide one from the rule.
+``prefetch``) are crossed where a sequential ``map`` lies below them, so they
+do not hide one from the rule; an ``autocache`` marker is not (nothing moves
+across it: the plan below it is the prefix its cache would hold).
 
 A ``shard`` that reaches a TFRecord or text-lines source becomes the
 source's own: it passes over the other shards' records there (a TFRecord
@@ -24,6 +25,7 @@ the rest of a file (its records too).
 from __future__ import annotations
 
 from jdata._plan import Node
+from jdata.ops.autocache import AutocacheNode
 from jdata.ops.map import MapNode
 from jdata.ops.shard import ShardNode
 from jdata.ops.skip import SkipNode
@@ -33,9 +35,10 @@ from jdata.optimize.rewrite import bottom_up, sink
 
 def _crosses(node: Node, below: Node) -> bool:
     """Whether ``node`` moves below ``below``: an op that keeps positions
-    (``Node.keeps_positions``: ``with_options``, ``prefetch``, ``autocache``...) is crossed
-    on the way to a ``map`` of a sequential input, which is what the move saves."""
-    while below.keeps_positions:
+    (``Node.keeps_positions``: ``with_options``, ``prefetch``) is crossed on the way to a
+    ``map`` of a sequential input, which is what the move saves. Never an ``autocache``
+    marker: what lies below it is what a cache there holds."""
+    while below.keeps_positions and type(below) is not AutocacheNode:
         if type(below) is MapNode:
             return not below.input.random_access()
         below = below.input

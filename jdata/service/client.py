@@ -26,7 +26,7 @@ from typing import ClassVar
 from jdata import _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import ServiceError, UDFError
-from jdata._plan import Node
+from jdata._plan import Node, Unchanged
 from jdata.runtime.iterator import Tunable
 from jdata.runtime.stats import OpStats
 from jdata.service import _lease_reader, _rounds_reader, _shared_reader, splits
@@ -50,7 +50,7 @@ class ServiceRef:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class DistributeNode(Node):
+class DistributeNode(Unchanged):
     """See ``Dataset.distribute``."""
 
     input: Node
@@ -73,9 +73,6 @@ class DistributeNode(Node):
         if self.sharing or self.job_name is not None or self.processing_mode == "off":
             return UNKNOWN  # a named job is shared: this client reads part of it
         return self.input.cardinality()
-
-    def compute_spec(self):
-        return self.input.element_spec()
 
     @property
     def mode(self) -> Mode:

@@ -85,18 +85,22 @@ def test_results_bigger_than_free_shared_memory_fail_the_task_clearly(tmp_path):
     assert "left: []" in result.stdout  # close() released every segment
 
 
-# A UDF holding BIG, which AUTOTUNE moves to processes: too big for /dev/shm are
-# its results (12 MB each, a worker keeps a ring of them), or the job itself.
-@pytest.mark.parametrize("big_bytes, returned, what", [
-    (12_000_000, "BIG", "for the results of a task in a worker"),
-    (96 << 20, "BIG[:8]", "for the job"),
+# A GIL-bound UDF holding BIG, on processes under AUTOTUNE: too big for /dev/shm are
+# its results (12 MB each, a worker keeps a ring of them), or the job itself. Outputs of
+# 12 MB for 10 ms of work no longer make the engine choice try processes at all (moving
+# them would cost half their time), so there processes come from a decision an earlier
+# iterator of the pipeline took, as a later epoch starts with it.
+@pytest.mark.parametrize("big_bytes, returned, what, earlier", [
+    (12_000_000, "BIG", "for the results of a task in a worker", True),
+    (96 << 20, "BIG[:8]", "for the job", False),
 ], ids=["results", "job"])
 def test_autotune_falls_back_to_threads_when_shared_memory_is_full(tmp_path, big_bytes,
-                                                                    returned, what):
+                                                                    returned, what, earlier):
     result = _run_with_small_shm(tmp_path, f"""
         import json
         import numpy as np
         import jdata
+        from jdata.runtime import engine
 
         BIG = np.zeros({big_bytes}, np.uint8)
 
@@ -106,8 +110,11 @@ def test_autotune_falls_back_to_threads_when_shared_memory_is_full(tmp_path, big
                 total += i
             return x, {returned}
 
-        ds = jdata.range(10 ** 6).map(gil_bound, num_parallel_calls=jdata.AUTOTUNE)
-        with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
+        ds = (jdata.range(10 ** 6).map(gil_bound, num_parallel_calls=jdata.AUTOTUNE)
+              .with_options(jdata.Options(cpu_budget=2)))
+        if {earlier}:
+            engine.remember(engine.engine_key(ds._node)(), ("processes", "measured"))
+        with ds.iterator() as it:
             stage = it._root
             while not hasattr(stage, "_pool"):
                 stage = stage._input
