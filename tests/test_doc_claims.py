@@ -23,9 +23,25 @@ import jdata.service
 from jdata import _iterator, _options, _plan, _random, _sources, optimize
 from jdata.ops import image
 from jdata.runtime import pool, probe
-from jdata.service import (_coordination, _dispatcher_stats, _membership, _ray, _rounds,
-                           _rounds_reader, _scaling, _session, _worker_buffers, _worker_reads,
-                           autocache, autoscaler, client, dispatcher, splits, transport, worker)
+from jdata.service import (
+    _coordination,
+    _dispatcher_stats,
+    _membership,
+    _ray,
+    _rounds,
+    _rounds_reader,
+    _scaling,
+    _session,
+    _worker_buffers,
+    _worker_reads,
+    autocache,
+    autoscaler,
+    client,
+    dispatcher,
+    splits,
+    transport,
+    worker,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DESIGN, SERVICE, MIGRATION = "docs/design.md", "docs/service.md", "docs/migration.md"

@@ -16,8 +16,13 @@ import signal
 import pytest
 
 from jdata.runtime import segments
-from tests.runtime.process_helpers import (ScriptResult, my_segments, run_script,
-                                           signal_running_job, write_script)
+from tests.runtime.process_helpers import (
+    ScriptResult,
+    my_segments,
+    run_script,
+    signal_running_job,
+    write_script,
+)
 
 # The full tier (make test, CI); `pytest -m "not slow"` leaves it out of the edit loop.
 pytestmark = pytest.mark.slow
