@@ -173,20 +173,10 @@ def grain_pipeline(images, repeat=False):
 
 
 def torch_pipeline(images, repeat=False):
-    # Best configuration on 2 cores: 2 worker processes.
-    import torch.utils.data as tud
+    from benchmarks.steady import torch_loader
 
-    from benchmarks.steady import Forever
-
-    class Images(tud.Dataset):
-        def __len__(self):
-            return len(images)
-
-        def __getitem__(self, i):
-            return augment(images[i], np.random.default_rng(i))
-
-    return tud.DataLoader(Images(), batch_size=BATCH, num_workers=2,
-                          sampler=Forever(len(images)) if repeat else None)
+    return torch_loader(len(images), lambda i: augment(images[i], np.random.default_rng(i)),
+                        repeat, batch_size=BATCH)
 
 
 SYSTEMS = {"jdata": jdata_pipeline, "jdata ops": jdata_ops_pipeline, "tf.data": tfdata_pipeline,

@@ -117,23 +117,13 @@ def grain_pipeline(data, repeat=False):
 
 
 def torch_pipeline(data, repeat=False):
-    # Best configuration on 2 cores: 2 worker processes, padding collate.
-    import torch.utils.data as tud
-
-    from benchmarks.steady import Forever
+    # A padding collate, as padded_batch.
+    from benchmarks.steady import torch_loader
 
     texts, vocab = data
     tokenize = Tokenizer(vocab)
-
-    class Texts(tud.Dataset):
-        def __len__(self):
-            return len(texts)
-
-        def __getitem__(self, i):
-            return tokenize(texts[i])
-
-    return tud.DataLoader(Texts(), batch_size=BATCH, num_workers=2, collate_fn=pad_batch,
-                          sampler=Forever(len(texts)) if repeat else None)
+    return torch_loader(len(texts), lambda i: tokenize(texts[i]), repeat, batch_size=BATCH,
+                        collate_fn=pad_batch)
 
 
 SYSTEMS = {"jdata": jdata_pipeline, "tf.data": tfdata_pipeline, "grain": grain_pipeline,

@@ -165,21 +165,11 @@ class TorchViews:
 
 
 def torch_pipeline(images, repeat=False):
-    import torch.utils.data as tud
+    from benchmarks.steady import torch_loader
 
-    from benchmarks.steady import Forever
-
-    class Pairs(tud.Dataset):
-        views = TorchViews()
-
-        def __len__(self):
-            return len(images)
-
-        def __getitem__(self, i):
-            return self.views(images[i])
-
-    return tud.DataLoader(Pairs(), batch_size=BATCH, num_workers=2, persistent_workers=True,
-                          sampler=Forever(len(images)) if repeat else None)
+    views = TorchViews()
+    return torch_loader(len(images), lambda i: views(images[i]), repeat, batch_size=BATCH,
+                        persistent_workers=True)
 
 
 class GrainViews(TorchViews):

@@ -189,21 +189,11 @@ class TorchAugment:
 
 
 def torch_pipeline(data, repeat=False):
-    import torch.utils.data as tud
+    from benchmarks.steady import torch_loader
 
-    from benchmarks.steady import Forever
-
-    class Boxed(tud.Dataset):
-        augment = TorchAugment()
-
-        def __len__(self):
-            return len(data)
-
-        def __getitem__(self, i):
-            return self.augment(*data[i])
-
-    return tud.DataLoader(Boxed(), batch_size=BATCH, num_workers=2, persistent_workers=True,
-                          sampler=Forever(len(data)) if repeat else None)
+    augment = TorchAugment()
+    return torch_loader(len(data), lambda i: augment(*data[i]), repeat, batch_size=BATCH,
+                        persistent_workers=True)
 
 
 class GrainAugment(TorchAugment):
