@@ -102,6 +102,12 @@ def measure(module, system: str, data, warmup: float, seconds: float) -> Sample:
     family = system.split()[0]
     for name in {**_IMPORTS, **getattr(module, "IMPORTS", {})}.get(family, ()):
         importlib.import_module(name)
+    if system == PLAIN:
+        # The heap settings a jdata iterator makes (jdata/runtime/heap.py), so that the
+        # plain loop's ratio measures the framework, not malloc.
+        from jdata.runtime import heap
+
+        heap.keep_freed_pages()
     count = getattr(module, "items_in", len)
     start = time.perf_counter()
     stream = iter(_make(module, system)(data, repeat=True))

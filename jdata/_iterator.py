@@ -12,7 +12,7 @@ import numpy as np
 from jdata import _html, _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import IteratorClosedError
-from jdata.runtime import opsummary, persistent, states
+from jdata.runtime import heap, opsummary, persistent, states
 from jdata.runtime.context import Context
 from jdata.runtime.opregistry import OpRegistry
 
@@ -54,6 +54,7 @@ class DatasetIterator:
         if state is not None:
             state, epoch = self._checked(state)
         self._epoch = epoch
+        heap.keep_freed_pages()
         ctx.pool_home = node
         self._ops = ctx.ops = OpRegistry(node)  # the context's, typed
         persistent.opened(node)

@@ -28,6 +28,7 @@ import traceback
 
 import cloudpickle
 
+from jdata.runtime import heap
 from jdata.runtime.outcomes import Outcome
 from jdata.runtime.segments import Segment, SharedMemoryError, segment_name
 
@@ -191,6 +192,7 @@ def main(tasks, results, session: str) -> None:
     """
     # Ctrl-C reaches the whole process group; the parent decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    heap.keep_freed_pages()  # a worker started with spawn, not from this process's fork
     arena = _Arena(session)
     signal.signal(signal.SIGTERM, lambda *_: _terminated(arena))
     try:

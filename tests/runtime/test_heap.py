@@ -1,0 +1,71 @@
+"""Freed buffers stay in the heap once an iterator starts (``jdata.runtime.heap``).
+
+Each case runs in a fresh interpreter: the thresholds are process-wide and
+set once. The page faults of 200 rounds of four 1 MiB arrays, written and
+freed (as an element's intermediate arrays are) tell whether the pages were
+kept: with glibc's defaults the heap gives them back after each round and
+the next faults its 1024 pages in again; with the thresholds raised, only
+the first round does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="the thresholds are glibc's")
+
+_CHURN = """
+import json, resource, sys
+import numpy as np
+import jdata
+
+def faults():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(200):
+        held = [np.ones(1 << 18, np.float32) for _ in range(4)]  # 1 MiB each, written
+        del held
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+faults()  # numpy's first allocations
+untouched = faults()
+list(jdata.range(3))  # the first iterator of the process
+from jdata.runtime import heap
+print(json.dumps({"before": untouched, "after": faults(), "kept": heap.keep_freed_pages()}))
+"""
+
+
+def _run(**env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES",
+                          "JDATA_KEEP_FREED_PAGES")}
+    done = subprocess.run([sys.executable, "-c", _CHURN], env={**clean, **env},
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_an_iterator_keeps_freed_pages_for_the_next_arrays():
+    counts = _run()
+    assert counts["kept"] is True
+    assert counts["before"] > 50_000  # each round faults its pages in again
+    assert counts["after"] < 5_000  # the first round's pages reused
+
+
+def test_the_environment_turns_it_off():
+    counts = _run(JDATA_KEEP_FREED_PAGES="0")
+    assert counts["kept"] is False
+    assert counts["after"] > 50_000
+
+
+def test_the_users_own_malloc_settings_are_left_alone():
+    # glibc's default, set by hand: a 1 MiB array still gets its own mmap.
+    counts = _run(MALLOC_MMAP_THRESHOLD_="131072")
+    assert counts["kept"] is False
+    assert counts["after"] > 50_000
