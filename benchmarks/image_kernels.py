@@ -8,7 +8,9 @@ a 375x500x3 one for resizes and crops, a 500x375 JPEG and PNG (8- and
 every call, so branches taken with a probability are taken as often as they
 would be. Rounds interleave the two, per kernel; the table gives the median ms
 per call and ``tf / jdata`` (> 1: jdata faster; the issue's target is >= 1).
-A kernel that this jdata does not have yet is reported as missing.
+A kernel that this jdata does not have yet is reported as missing. The heap's
+thresholds are raised first, as a jdata iterator does (``jdata/runtime/heap.py``),
+for both.
 
     python -m benchmarks.image_kernels [--quick] [--only NAME ...]
 """
@@ -125,6 +127,11 @@ def measure(case: _image_cases.Case, data: dict[str, Any], rounds: int,
 
 def report(rounds: int = 3, seconds: float = 0.5, only=None, log=print) -> list[Row]:
     _one_core()
+    # The heap as a jdata pipeline sets it (jdata/runtime/heap.py); TF's tensors, made in
+    # this process too, get the same warm pages.
+    from jdata.runtime import heap
+
+    heap.keep_freed_pages()
     data = inputs()
     log(f"== image_kernels: one core, median of {rounds} interleaved rounds of >= {seconds:g}"
         " s, ms per call; tf / jdata > 1: jdata faster")
