@@ -47,7 +47,7 @@ class Node:
 
     op_name: ClassVar[str] = "node"
     # True where ``compute_spec`` infers the sizes from the first elements of
-    # an opaque source (``runtime.probe``): a later element may have others.
+    # an opaque source (``jdata._probe``): a later element may have others.
     spec_inferred: ClassVar[bool] = False
     # Capabilities the planner and the optimizer rely on, declared per node type
     # (never found by probing fields or listing op names):

@@ -20,9 +20,9 @@ import pytest
 
 import jdata
 import jdata.service
-from jdata import _iterator, _options, _plan, _random, _sources, optimize
+from jdata import _iterator, _options, _plan, _probe, _random, _sources, optimize
 from jdata.ops import image
-from jdata.runtime import pool, probe
+from jdata.runtime import pool
 from jdata.service import (
     _coordination,
     _dispatcher_stats,
@@ -72,7 +72,7 @@ NUMBERS = [
     (DESIGN, '`{{"version": {}, "plan", "facts", "epoch", "state"}}`',
      lambda: _iterator._STATE_VERSION),
     (MIGRATION, '# small: {{"version": {}, "plan": ..., ...}}', lambda: _iterator._STATE_VERSION),
-    (DESIGN, "running the pipeline on its first {} elements", lambda: probe._PROBE_ELEMENTS),
+    (DESIGN, "running the pipeline on its first {} elements", lambda: _probe._PROBE_ELEMENTS),
     (DESIGN, "Keys are derived {} positions at a time", lambda: _random.KeyBlocks._BLOCK),
     (DESIGN, "Keys are derived {} positions at a time", lambda: _random.UniformBlocks._BLOCK),
     (DESIGN, "about {} ms of work per chunk on threads", lambda: pool._TARGET_CHUNK_SEC * 1e3),

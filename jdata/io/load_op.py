@@ -12,9 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from jdata import _planner
+from jdata import _planner, _probe
 from jdata.io import array_record, codec, saved
-from jdata.runtime import probe
 
 _OP = "load"
 
@@ -28,7 +27,7 @@ class LoadNode(array_record.ArrayRecordNode):
     op_name: ClassVar[str] = _OP
 
     def compute_spec(self):
-        return probe.leading_spec(self, _OP)
+        return _probe.leading_spec(self, _OP)
 
     def __str__(self):
         return f"Load(files={len(self.paths)}, records={sum(self.lengths)})"

@@ -10,12 +10,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from jdata import _planner
-from jdata._extras import require
+from jdata import _planner, _probe
 from jdata._errors import DataError
+from jdata._extras import require
 from jdata._plan import Node
 from jdata.io import _open_files, _paths
-from jdata.runtime import probe
 
 _OP = "from_parquet"
 
@@ -122,7 +121,7 @@ class ParquetNode(Node):
         return True
 
     def compute_spec(self):
-        return probe.leading_spec(self, _OP)
+        return _probe.leading_spec(self, _OP)
 
     def __str__(self):
         columns = "all" if self.columns is None else list(self.columns)

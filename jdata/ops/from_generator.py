@@ -9,7 +9,7 @@ differs (``fn`` over a shared iterator, which goes on where it stopped)
 raises instead of silently skipping elements that were never produced.
 
 Finding the ``element_spec`` without ``output_signature`` reads the first
-elements (``jdata.runtime.probe``). That pass is not thrown away: it is
+elements (``jdata._probe``). That pass is not thrown away: it is
 parked, with the elements it read, and the next pass adopts it and yields
 those elements first, so a generator that cannot start over loses nothing.
 """
@@ -25,10 +25,9 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from jdata import _planner, _spec, _tree
+from jdata import _planner, _probe, _spec, _tree
 from jdata._errors import UDFError
 from jdata._plan import Node
-from jdata.runtime import probe
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.values import frozen
@@ -52,7 +51,7 @@ class FromGeneratorNode(Node):
     def compute_spec(self):
         if self.output_signature is not None:
             return self.output_signature
-        return probe.leading_spec(self, _OP)
+        return _probe.leading_spec(self, _OP)
 
 
 def check_signature(signature) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from jdata import _planner
+from jdata import _planner, _probe
 from jdata._plan import Node
-from jdata.runtime import probe
 from jdata.runtime.values import frozen
 
 
@@ -26,7 +25,7 @@ class FromSourceNode(Node):
         return True
 
     def compute_spec(self):
-        return probe.leading_spec(self, "from_source")
+        return _probe.leading_spec(self, "from_source")
 
     def __str__(self):
         return f"FromSource({type(self.source).__name__}, length={len(self.source)})"

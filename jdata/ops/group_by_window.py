@@ -8,11 +8,11 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from jdata import _planner
+from jdata import _nested, _planner, _probe
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
 from jdata.ops.window import ValuesNode
-from jdata.runtime import nested, probe, states, udf
+from jdata.runtime import states, udf
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.tap import Tap
 
@@ -42,10 +42,10 @@ class GroupByWindowNode(Node):
         output_spec = getattr(self.reduce_func, "output_spec", None)
         if output_spec is not None:
             return output_spec(self.input.element_spec())
-        first = probe.first_element(self.input, _OP)
+        first = _probe.first_element(self.input, _OP)
         key = check_key(udf.call(self.key_func, first, _OP, 0))
         window = group_dataset(self.input, [first])
-        return nested.dataset_node(udf.call(self.reduce_func, (key, window), _OP, 0),
+        return _nested.dataset_node(udf.call(self.reduce_func, (key, window), _OP, 0),
                                    _OP).element_spec()
 
 
@@ -84,7 +84,7 @@ def _describe(value) -> str:
 
 def group_dataset(input_node: Node, elements: list):
     """The dataset of a group's elements, with the input's element spec."""
-    return nested.as_dataset(ValuesNode(tuple(elements), input_node.element_spec))
+    return _nested.as_dataset(ValuesNode(tuple(elements), input_node.element_spec))
 
 
 @dataclasses.dataclass
@@ -177,7 +177,7 @@ class _GroupByWindowIterator(Iterator):
 
     def _open(self, key: int, elements: list, position: int) -> Iterator:
         window = group_dataset(self._node.input, elements)
-        return nested.open_dataset(self._node.reduce_func, (np.int64(key), window), _OP,
+        return _nested.open_dataset(self._node.reduce_func, (np.int64(key), window), _OP,
                                    position, self._ctx, self._epoch)
 
     def snapshot(self):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, ClassVar
 
-from jdata import _planner
+from jdata import _nested, _planner, _probe
 from jdata._constants import UNKNOWN
 from jdata._plan import Node
-from jdata.runtime import chunks, nested, prefetch, probe, states, udf
+from jdata.runtime import chunks, prefetch, states, udf
 from jdata.runtime.context import Context
 from jdata.runtime.iterator import Iterator
 
@@ -35,8 +35,8 @@ class InterleaveNode(Node):
 
 def nested_output_spec(input_node: Node, fn: Callable, op: str):
     """The element spec of the dataset ``fn`` builds from the first input element."""
-    first = probe.first_element(input_node, op)
-    return nested.dataset_node(udf.call(fn, first, op, 0), op).element_spec()
+    first = _probe.first_element(input_node, op)
+    return _nested.dataset_node(udf.call(fn, first, op, 0), op).element_spec()
 
 
 _MISSING = object()
@@ -121,7 +121,7 @@ class InterleaveIterator(Iterator):
             return
         position = self._position
         self._position = position + 1  # before fn runs, so a failing element is skipped
-        inner = nested.open_dataset(self._fn, element, self._op, position, self._ctx,
+        inner = _nested.open_dataset(self._fn, element, self._op, position, self._ctx,
                                     self._epoch)
         self._slots[self._cycle_index] = _Slot(before, position,
                                                self._prefetched(inner, self._cycle_index))
@@ -179,7 +179,7 @@ class InterleaveIterator(Iterator):
         element = next(self._input, _MISSING)
         if element is _MISSING:
             raise states.invalid(self._op, "slots", "a slot's outer element is past the input")
-        inner = self._prefetched(nested.open_dataset(self._fn, element, self._op, position,
+        inner = self._prefetched(_nested.open_dataset(self._fn, element, self._op, position,
                                                      self._ctx, self._epoch), index)
         inner.set_state(saved["inner"])
         return _Slot(saved["input"], position, inner)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, ClassVar
 
-from jdata import _planner, _tree
+from jdata import _planner, _probe, _tree
 from jdata._plan import Node
-from jdata.runtime import blocks, iterator, probe, udf
+from jdata.runtime import blocks, iterator, udf
 from jdata.runtime.iterator import UnaryIterator
 
 
@@ -42,10 +42,10 @@ class MapNode(Node):
     def compute_spec(self):
         if self.vectorize:
             compute = blocks.vectorized(self).compute
-            return probe.udf_output_spec(
+            return _probe.udf_output_spec(
                 self.input,
                 lambda e: blocks.serve(compute([e], [0], blocks.BLOCK_SIZE)[0], "map", 0), "map")
-        return probe.udf_output_spec(
+        return _probe.udf_output_spec(
             self.input, lambda e: _tree.normalize(udf.call(self.fn, e, "map", 0), "map"), "map")
 
 

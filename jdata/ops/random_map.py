@@ -7,9 +7,9 @@ from typing import Callable, ClassVar
 
 import numpy as np
 
-from jdata import _planner, _random, _tree
+from jdata import _planner, _probe, _random, _tree
 from jdata._plan import Node
-from jdata.runtime import blocks, probe, udf
+from jdata.runtime import blocks, udf
 from jdata.runtime.iterator import UnaryIterator
 
 _SALT = _random.salt("random_map")
@@ -51,12 +51,12 @@ class RandomMapNode(Node):
     def compute_spec(self):
         if self.vectorize:
             compute = _VectorizedCompute(self, 0)
-            return probe.udf_output_spec(
+            return _probe.udf_output_spec(
                 self.input,
                 lambda e: blocks.serve(compute([e], [0], blocks.BLOCK_SIZE)[0], "random_map", 0),
                 "random_map")
         keys = _random.KeyBlocks(self.key, _SALT, 0)
-        return probe.udf_output_spec(
+        return _probe.udf_output_spec(
             self.input, lambda e: _apply(self.fn, e, 0, keys), "random_map")
 
 

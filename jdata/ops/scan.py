@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, ClassVar
 
-from jdata import _planner, _spec, _tree
+from jdata import _planner, _probe, _spec, _tree
 from jdata._plan import Node
-from jdata.runtime import probe, state_codec, states, udf
+from jdata.runtime import state_codec, states, udf
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.values import frozen
 
@@ -27,7 +27,7 @@ class ScanNode(Node):
     def compute_spec(self):
         def first_output(element):
             return step(self.scan_func, frozen(self.initial_state), element, 0)[1]
-        return probe.udf_output_spec(self.input, first_output, "scan")
+        return _probe.udf_output_spec(self.input, first_output, "scan")
 
 
 def step(fn: Callable, state, element, position: int):

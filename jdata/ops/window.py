@@ -6,11 +6,11 @@ import dataclasses
 import functools
 from typing import Callable, ClassVar
 
-from jdata import _planner, _spec, _tree
+from jdata import _nested, _planner, _spec, _tree
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import UDFError
 from jdata._plan import Node
-from jdata.runtime import nested, states
+from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 from jdata.runtime.tap import Tap
 from jdata.runtime.values import frozen
@@ -83,7 +83,7 @@ def window_element(elements: list, input_node: Node):
     """The input's structure with each leaf replaced by a dataset of its values."""
     columns = [_tree.leaves(e) for e in elements]
     treedef = _tree.structure(elements[0])
-    datasets = [nested.as_dataset(ValuesNode(tuple(c[j] for c in columns),
+    datasets = [_nested.as_dataset(ValuesNode(tuple(c[j] for c in columns),
                                              functools.partial(leaf_spec, input_node, j)))
                 for j in range(treedef.num_leaves)]
     return _tree.unflatten(treedef, datasets)

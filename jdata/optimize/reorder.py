@@ -27,16 +27,22 @@ import time
 
 import numpy as np
 
-from jdata import _tree
+from jdata import _probe, _tree
 from jdata._declare import traits_of
 from jdata._plan import Node
 from jdata.ops import map as map_op
 from jdata.ops.filter import FilterNode
 from jdata.ops.map import MapNode
 from jdata.ops.random_map import RandomMapNode
-from jdata.optimize.rewrite import (Rewritten, bottom_up, element_bytes, pointwise_map,
-                                    sink, udf_name)
-from jdata.runtime import probe, udf
+from jdata.optimize.rewrite import (
+    Rewritten,
+    bottom_up,
+    element_bytes,
+    pointwise_map,
+    sink,
+    udf_name,
+)
+from jdata.runtime import udf
 
 
 def _shrinking_selection(node: Node) -> bool:
@@ -75,7 +81,7 @@ def _measured(selection: Node) -> str | None:
         return element
 
     try:
-        elements = probe.first_elements(below, "reorder")
+        elements = _probe.first_elements(below, "reorder")
         written = _best_time(lambda: [select(pointwise(e)) for e in elements])
         reordered = _best_time(lambda: [pointwise(select(e)) for e in elements])
     except Exception:

@@ -8,12 +8,11 @@ from typing import Callable
 
 import numpy as np
 
-from jdata import _tree
+from jdata import _probe, _tree
 from jdata._declare import traits_of
 from jdata._plan import Node, is_node_collection
 from jdata._spec import TensorSpec
 from jdata.ops.map import MapNode
-from jdata.runtime import probe
 from jdata.runtime.stats import element_bytes as _measured_bytes
 
 
@@ -97,7 +96,7 @@ def element_bytes(node: Node) -> float | None:
         if all(isinstance(leaf, TensorSpec) and None not in leaf.shape for leaf in leaves):
             return float(sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize
                              for leaf in leaves))
-        elements = probe.first_elements(node, node.op_name)
+        elements = _probe.first_elements(node, node.op_name)
         return float(np.mean([_measured_bytes(e) for e in elements]))
     except Exception:  # no evidence, no move
         return None

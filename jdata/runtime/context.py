@@ -26,7 +26,7 @@ class Context:
     # later iterators (jdata.runtime.persistent); None (a worker's context): never.
     pool_home: object = None
     # Set for the iterators that read a few elements to find an element_spec
-    # (jdata.runtime.probe): from_generator keeps what they read for the real pass.
+    # (jdata._probe): from_generator keeps what they read for the real pass.
     probing: bool = False
     # The per-op tallies of an iterator's plan (jdata.runtime.opregistry.OpRegistry); None
     # (a probe's or a worker's context): ops are not counted.

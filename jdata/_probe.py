@@ -20,7 +20,6 @@ from jdata._options import Options
 from jdata._plan import Node
 from jdata.runtime.context import Context
 
-
 # Elements read to infer a spec: enough to see most varying sizes, cheap to compute.
 _PROBE_ELEMENTS = 4
 
