@@ -192,7 +192,7 @@ def main(tasks, results, session: str) -> None:
     """
     # Ctrl-C reaches the whole process group; the parent decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    heap.keep_freed_pages()  # a worker started with spawn, not from this process's fork
+    heap.keep_freed_pages()  # forked from the fork server, a fresh interpreter: glibc's defaults
     arena = _Arena(session)
     signal.signal(signal.SIGTERM, lambda *_: _terminated(arena))
     try:

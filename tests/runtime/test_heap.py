@@ -16,7 +16,10 @@ import platform
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+
+from jdata.runtime import outcomes, processes
 
 pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
@@ -69,3 +72,29 @@ def test_the_users_own_malloc_settings_are_left_alone():
     counts = _run(MALLOC_MMAP_THRESHOLD_="131072")
     assert counts["kept"] is False
     assert counts["after"] > 50_000
+
+
+def _faults_of_churn() -> int:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(200):
+        held = [np.ones(1 << 18, np.float32) for _ in range(4)]
+        del held
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def _churned(items):
+    _faults_of_churn()  # the first round of a fresh process faults in any case
+    return [outcomes.Outcome(_faults_of_churn()) for _ in items]
+
+
+def test_process_engine_workers_keep_freed_pages():
+    # A worker is forked from the fork server, a fresh interpreter with glibc's defaults:
+    # the worker sets the thresholds itself.
+    executor = processes.ProcessExecutor(_churned, 1)
+    try:
+        faults = executor.submit([0]).result(120)[0][0].get()
+    finally:
+        executor.shutdown()
+    assert faults < 5_000
