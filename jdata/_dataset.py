@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from jdata import _fingerprint, _html, _plan, _random, optimize
+from jdata import _fingerprint, _html, _placement, _plan, _random, optimize
 from jdata import _validate as check
 from jdata._constants import AUTOTUNE, INFINITE, UNKNOWN
 from jdata._iterator import DatasetIterator, Epochs
@@ -28,7 +28,6 @@ from jdata.ops import (autocache as autocache_op, batch, bucket_by_sequence_leng
                        options as options_op, padded_batch, prefetch, random_map, rebatch,
                        repeat, scan, shard, shuffle, skip, take, take_while, unbatch, unique,
                        window)
-from jdata.runtime import engine
 from jdata.runtime.context import Context
 from jdata.runtime.udf import check_callable
 
@@ -1066,7 +1065,7 @@ def _explain(node: _plan.Node, indent: int, ctx: Context, names: dict[int, str])
     line = "  " * indent + f"{node}  [{_count(node.cardinality())}]"
     if id(node) in names:  # the plan that runs: its ops' names, as stats() gives them
         line += f"  op: {names[id(node)]}"
-    where = engine.describe_engine(node, ctx)
+    where = _placement.describe_engine(node, ctx)
     lines = [f"{line}  {where}" if where else line]
     for child in node.inputs():
         lines += _explain(child, indent + 1, ctx, names)

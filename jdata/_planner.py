@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+from jdata import _placement
 from jdata._constants import AUTOTUNE
 from jdata._plan import Node, op_label, walk
-from jdata.runtime import engine, executors, parallel
+from jdata.runtime import executors, parallel
 from jdata.runtime.context import Context
 from jdata.runtime.iterator import IndexIterator, Iterator, Reader, Tunable
 
@@ -84,7 +85,7 @@ def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
         functools.partial(_subtree_reader, node, options,
                           ctx.ops.workers() if ctx.ops is not None else None),
         parallelism, deterministic,
-        engine.subtree_engine(node, ctx), options.cpu_budget, engine.engine_key(node),
+        _placement.subtree_engine(node, ctx), options.cpu_budget, _placement.engine_key(node),
         node.op_name, epoch, ctx.pool_home, (node, options))
     ops = " <- ".join(_label(n, ctx) for n in walk(node))
     autotuned = any(n.parallel and n.num_parallel_calls == AUTOTUNE for n in walk(node))
@@ -105,7 +106,7 @@ def parallel_map(node: Node, ctx: Context, epoch: int, fn: Callable, threads: in
     ``random_map``)."""
     return parallel.ParallelMapIterator(
         make_iterator(node.input, ctx, epoch), fn, threads, deterministic,
-        engine.op_engine(node, ctx), ctx.options.cpu_budget, engine.engine_key(node),
+        _placement.op_engine(node, ctx), ctx.options.cpu_budget, _placement.engine_key(node),
         node.op_name)
 
 

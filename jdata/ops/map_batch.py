@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, ClassVar
 
-from jdata import _planner, _spec
+from jdata import _placement, _planner, _spec
 from jdata._plan import BatchSizes, Node
 from jdata.ops import batch as batch_op
 from jdata.ops import map as map_op
 from jdata.ops.map import MapNode
-from jdata.runtime import engine, parallel
+from jdata.runtime import parallel
 from jdata.runtime.iterator import Iterator, UnaryIterator
 
 
@@ -92,8 +92,8 @@ def _iterator(node: MapBatchNode, ctx, epoch: int):
                         node.drop_remainder, fn)
     return parallel.ParallelMapIterator(
         groups, lambda group, index: batch_op.stack(_map_group(fn, group, index * size)),
-        threads or 1, deterministic, engine.op_engine(node, ctx), ctx.options.cpu_budget,
-        engine.engine_key(node), node.op_name)
+        threads or 1, deterministic, _placement.op_engine(node, ctx), ctx.options.cpu_budget,
+        _placement.engine_key(node), node.op_name)
 
 
 _planner.register(MapBatchNode, iterator=_iterator)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Callable
+from typing import Callable, Protocol
 
 import jax
 import numpy as np
 
 from jdata import _tree
 from jdata._errors import UDFError
-from jdata._plan import Node
 from jdata.runtime import states
 from jdata.runtime.iterator import Iterator
 
@@ -31,7 +30,18 @@ BLOCK_SIZE = 64
 _VECTORIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def vectorized(node: Node) -> VectorizedFn:
+class UDFNode(Protocol):
+    """What ``vectorized`` reads of a ``map`` or ``random_map`` node (a plan node,
+    hashable and weakly referenceable)."""
+
+    @property
+    def fn(self) -> Callable: ...
+
+    @property
+    def op_name(self) -> str: ...
+
+
+def vectorized(node: UDFNode) -> VectorizedFn:
     """The ``VectorizedFn`` of a ``map`` or ``random_map`` node, built on first use."""
     try:
         return _VECTORIZED[node]

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import jdata
+from jdata import _placement
 from jdata.runtime import engine, forkserver, outcomes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 from tests.runtime.process_helpers import (PROCESSES, fork_server_ready, gone, group_gone,
@@ -462,7 +463,7 @@ def test_engine_keys_tell_udf_code_apart_but_not_the_data_it_holds():
     # about whether the UDF holds the GIL.
     def key(fn, table):
         ds = jdata.range(3).map(functools.partial(fn, table), num_parallel_calls=jdata.AUTOTUNE)
-        return engine.engine_key(ds._node)()
+        return _placement.engine_key(ds._node)()
 
     table, other_table = dict.fromkeys(range(20_000), 1), dict.fromkeys(range(20_000), 2)
     assert key(_look_up, table) == key(_look_up, other_table)
@@ -495,7 +496,7 @@ def test_an_earlier_decision_for_processes_falls_back_for_a_udf_that_does_not_pi
     # Engine decisions are shared by pipelines of the same code, whatever data the UDF
     # holds: one measured with picklable data may meet one holding a lock.
     ds = _unpicklable_pipeline(3000)
-    engine.remember(engine.engine_key(ds._node)(), ("processes", "measured"))
+    engine.remember(_placement.engine_key(ds._node)(), ("processes", "measured"))
     with ds.iterator() as it:
         assert [int(e["x"]) for e in it] == list(range(3000))
         assert pool_of(it).engine == "threads"

@@ -105,6 +105,7 @@ def test_autotune_falls_back_to_threads_when_shared_memory_is_full(tmp_path, big
         import json
         import numpy as np
         import jdata
+        from jdata import _placement
         from jdata.runtime import engine
 
         BIG = np.zeros({big_bytes}, np.uint8)
@@ -118,7 +119,7 @@ def test_autotune_falls_back_to_threads_when_shared_memory_is_full(tmp_path, big
         ds = (jdata.range(10 ** 6).map(gil_bound, num_parallel_calls=jdata.AUTOTUNE)
               .with_options(jdata.Options(cpu_budget=2)))
         if {earlier}:
-            engine.remember(engine.engine_key(ds._node)(), ("processes", "measured"))
+            engine.remember(_placement.engine_key(ds._node)(), ("processes", "measured"))
         with ds.iterator() as it:
             stage = it._root
             while not hasattr(stage, "_pool"):

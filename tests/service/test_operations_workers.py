@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 import jdata
+from jdata import _placement
 from jdata.runtime import engine
 from jdata.runtime.outcomes import WorkerError
 from jdata.service import _ray
@@ -170,7 +171,7 @@ def test_autotune_keeps_a_udf_holding_the_service_on_threads(monkeypatch):
         workers = len(svc.status().workers)
         for name, udf in _udfs(svc).items():
             ds = jdata.range(40).map(udf, num_parallel_calls=jdata.AUTOTUNE)
-            engine.remember(engine.engine_key(ds._node)(), ("processes", "measured"))
+            engine.remember(_placement.engine_key(ds._node)(), ("processes", "measured"))
             with ds.iterator() as it:
                 out = [int(x) for x in it]
                 assert pool_of(it).engine == "threads", name
