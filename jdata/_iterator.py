@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 import numpy as np
 
-from jdata import _html, _plan, _planner
+from jdata import _html, _opsummary, _plan, _planner
 from jdata._constants import INFINITE, UNKNOWN
 from jdata._errors import IteratorClosedError
-from jdata.runtime import heap, opsummary, persistent, states
+from jdata._opregistry import OpRegistry
+from jdata.runtime import heap, persistent, states
 from jdata.runtime.context import Context
-from jdata.runtime.opregistry import OpRegistry
 
 if TYPE_CHECKING:
     from jdata.runtime.stats import PipelineStats
@@ -172,7 +172,7 @@ class DatasetIterator:
         >>> [(op["op"], op["elements"]) for op in it.stats().ops]
         [('prefetch', 1000), ('map(<lambda>)', 1000), ('range', 1000)]
         """
-        ops, bottleneck = opsummary.summarize(self._ops)
+        ops, bottleneck = _opsummary.summarize(self._ops)
         return self._ctx.autotuner().stats(ops, bottleneck, self._ops.throughput())
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ class Context:
     # Set for the iterators that read a few elements to find an element_spec
     # (jdata._probe): from_generator keeps what they read for the real pass.
     probing: bool = False
-    # The per-op tallies of an iterator's plan (jdata.runtime.opregistry.OpRegistry); None
+    # The per-op tallies of an iterator's plan (jdata._opregistry.OpRegistry); None
     # (a probe's or a worker's context): ops are not counted.
     ops: object = None
 

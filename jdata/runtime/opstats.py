@@ -1,6 +1,6 @@
 """Per-op statistics (every op of ``explain()``'s plan) and profiler trace slices.
 
-Each op's iterator or reader is wrapped (``jdata.runtime.opregistry``)
+Each op's iterator or reader is wrapped (``jdata._opregistry``)
 in a ``Tally`` that counts its elements exactly and times one call in about
 every ``_MEAN_PERIOD``, at random, extrapolating: a timer per element per op
 would cost more than the tight loops it measures. Calls that move blocks
@@ -13,7 +13,7 @@ call then becomes a ``TraceAnnotation`` slice named after the op (until the
 trace stops): with no trace, the hot path asks nothing.
 
 Ops inside worker processes (``Options(engine="processes")``) are not
-wrapped: their time is their stage's (see ``jdata.runtime.opsummary``).
+wrapped: their time is their stage's (see ``jdata._opsummary``).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ class Tally:
     def __init__(self, name: str, always: bool = False, worker: bool = False):
         self.name = name
         # Every call timed: a stage's handoffs, whose times (waits) vary too much to sample
-        # and cost microseconds already, and its workers' calls (see opregistry.OpRegistry.workers).
+        # and cost microseconds already, and its workers' calls (OpRegistry.workers).
         self.always = always or worker
-        # CPU time too (a slow clock): read for ops on worker threads only (opsummary).
+        # CPU time too (a slow clock): read for ops on worker threads only (_opsummary).
         self.worker = worker
         self.countdown = self.period = 1  # calls left in the period; the last one is timed
         self.calls_done = self.failed = self.block_calls = self.block_elements = 0

@@ -6,7 +6,7 @@ Every asynchronous stage (a parallel ``map``/``random_map``/``batch``/
 thread that already does the work, never with a lock. Every op, synchronous
 ones too, is counted by ``jdata.runtime.opstats`` (exact elements, sampled
 times, so that no op pays a timer per element) and summarized per op by
-``jdata.runtime.opsummary``; ``PipelineStats`` holds both, and draws them
+``jdata._opsummary``; ``PipelineStats`` holds both, and draws them
 through ``jdata.runtime.stats_plot``.
 """
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import collections
 
 from jdata._constants import AUTOTUNE
+from jdata._opregistry import OpRegistry
 from jdata._plan import Node, walk
-from jdata.runtime.opregistry import OpRegistry
 from jdata.runtime.stats import OpStats
 
 CONSUMER = "the consumer's thread"
