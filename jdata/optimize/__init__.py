@@ -20,8 +20,8 @@ from jdata._plan import Node
 from jdata.optimize.rewrite import Rewritten
 from jdata.optimize import (auto_vectorize, filter_fusion, image_chain_fusion, image_fusion,
                             inject_prefetch, map_batch_fusion, map_filter_fusion, map_fusion,
-                            noop_elimination, pointwise_after_batch, pushdown, reorder,
-                            repeat_by_index)
+                            noop_elimination, pointwise_after_batch, pushdown,
+                            random_map_fusion, reorder, repeat_by_index)
 
 
 class Rule(Protocol):
@@ -49,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),
     map_filter_fusion.MapFilterFusionRule(),  # after both: the fused map and filter fuse
+    random_map_fusion.RandomMapFusionRule(),  # after map_fusion: the maps it leaves
     map_batch_fusion.MapBatchFusionRule(),
     inject_prefetch.InjectPrefetchRule(),
 )

@@ -21,38 +21,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from jdata import _tree
 from jdata._declare import unwrapped
 from jdata._plan import Node
 from jdata.ops import _image_udfs
 from jdata.ops.random_map import RandomMapNode
 from jdata.optimize.image_fusion import fusable, stacked_keys
-from jdata.optimize.rewrite import bottom_up
+from jdata.optimize.rewrite import Chain, bottom_up
 
 
-class ImageChain(_image_udfs.ImageUDF):
-    """Kernels called in order on one element; ``parts`` are ``(kernel, random)`` pairs,
-    and the random ones take the rows of the element's stacked keys in order."""
+class ImageChain(_image_udfs.ImageUDF, Chain):
+    """Built-in kernels called in order on one element (``Chain``), printed as one."""
 
     def __init__(self, parts: tuple[tuple[Any, bool], ...]):
-        super().__init__("image_chain", ".".join(p.__qualname__ for p, _ in reversed(parts)))
-        self.parts = parts
-        self.op_parts = tuple(("random_map" if random else "map", kernel)
-                              for kernel, random in parts)
-
-    def __call__(self, *args):
-        *element, keys = args
-        keys = np.asarray(keys).reshape(-1, 2)
-        value: Any = element[0] if len(element) == 1 else tuple(element)
-        row = 0
-        for kernel, random in self.parts:
-            extra = (keys[row],) if random else ()
-            row += random
-            value = kernel(*value, *extra) if type(value) is tuple else kernel(value, *extra)
-            value = _tree.normalize(value, "random_map")
-        return value
+        Chain.__init__(self, parts)
+        _image_udfs.ImageUDF.__init__(self, "image_chain", self.__qualname__)
 
 
 def _parts(node: Node) -> tuple[tuple[Any, bool], ...] | None:

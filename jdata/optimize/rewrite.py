@@ -4,7 +4,7 @@ op below others, naming composed UDFs, what declared UDFs and element sizes allo
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -78,6 +78,30 @@ def sink(node: Node, may_pass: Callable[[Node, Node], bool]) -> Node:
 def udf_name(fn) -> str:
     """How plans print a UDF (its qualified name), for names of composed UDFs."""
     return getattr(fn, "__qualname__", type(fn).__name__)
+
+
+class Chain:
+    """UDFs called in order on one element, with the maps' calling convention between
+    them (tuples unpacked, outputs normalized): a fused ``random_map``'s UDF. ``parts``
+    are ``(fn, random)`` pairs; the random ones take the rows of the element's stacked
+    keys in order. Picklable where its UDFs are (worker processes)."""
+
+    def __init__(self, parts: tuple[tuple[Any, bool], ...]):
+        self.parts = parts
+        self.__qualname__ = ".".join(udf_name(fn) for fn, _ in reversed(parts))
+        self.op_parts = tuple(("random_map" if random else "map", fn) for fn, random in parts)
+
+    def __call__(self, *args):
+        *element, keys = args
+        keys = np.asarray(keys).reshape(-1, 2)
+        value: Any = element[0] if len(element) == 1 else tuple(element)
+        row = 0
+        for fn, random in self.parts:
+            extra = (keys[row],) if random else ()
+            row += random
+            value = fn(*value, *extra) if type(value) is tuple else fn(value, *extra)
+            value = _tree.normalize(value, "random_map")
+        return value
 
 
 def pointwise_map(node: Node) -> bool:
