@@ -18,7 +18,9 @@ transfer rate, overhead and recovery against issue 13's targets, and for
 ``service_cachew`` Cachew's autoscaler (convergence to the demand) and autocache (the
 fig. 8 regimes) (issue 15). ``simclr`` and ``ssd`` (issue 26) are SimCLR's two-view and
 SSD's train pipelines, measured as ``cv``; ``image_kernels`` each ``jdata.ops.image``
-kernel against its tf.image op on one core.
+kernel against its tf.image op on one core. ``cedar.nlp`` and ``cedar.asr`` (issue 27) are
+the Cedar paper's NLP (BPE tokens embedded) and ASR (audio features) pipelines
+(``benchmarks/cedar/``), measured as ``cv``.
 Absolute times on a shared machine are noise; compare ratios within one run.
 """
 
@@ -44,13 +46,17 @@ from benchmarks import (
     steady,
     storage,
 )
+from benchmarks.cedar import asr as cedar_asr
+from benchmarks.cedar import nlp as cedar_nlp
 
 WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimizer": optimizer,
              "storage": storage, "shuffle_buffer": shuffle_buffer,
              "parse_example": parse_example, "service": service,
              "service_sharing": service_sharing, "service_cachew": service_cachew,
-             "simclr": simclr, "ssd": ssd, "image_kernels": image_kernels}
-_STEADY = ("overhead", "nlp", "cv", "simclr", "ssd")  # measured by benchmarks/steady.py
+             "simclr": simclr, "ssd": ssd, "image_kernels": image_kernels,
+             "cedar.nlp": cedar_nlp, "cedar.asr": cedar_asr}
+# Measured by benchmarks/steady.py.
+_STEADY = ("overhead", "nlp", "cv", "simclr", "ssd", "cedar.nlp", "cedar.asr")
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
 
 
@@ -152,8 +158,8 @@ def main(argv=None) -> None:
                         help=f"which to run (default: all of {', '.join(WORKLOADS)})")
     parser.add_argument("--scale", type=float, default=1.0, help="data size multiplier")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="passes per system (best kept; overhead, nlp, cv, simclr, ssd: "
-                        "interleaved rounds, at least 3, medians); feed makes one")
+                        help="passes per system (best kept; overhead, nlp, cv, simclr, ssd, "
+                        "cedar.*: interleaved rounds, at least 3, medians); feed makes one")
     parser.add_argument("--systems", nargs="*", default=None, help="only these systems")
     parser.add_argument("--no-tuning", action="store_true",
                         help="skip jdata's hand-picked configurations")
