@@ -25,8 +25,8 @@ from jdata._declare import unwrapped
 from jdata._plan import Node
 from jdata.ops import _image_udfs
 from jdata.ops.random_map import RandomMapNode
-from jdata.optimize.image_fusion import fusable, stacked_keys
-from jdata.optimize.rewrite import Chain, bottom_up
+from jdata.optimize.random_map_fusion import fuse_chains
+from jdata.optimize.rewrite import Chain
 
 
 class ImageChain(_image_udfs.ImageUDF, Chain):
@@ -51,20 +51,4 @@ class ImageChainFusionRule:
     name = "image_chain_fusion"
 
     def apply(self, plan: Node, options) -> Node:
-        def fuse(node: Node) -> Node:
-            inner = getattr(node, "input", None)
-            if inner is None or not fusable(node, inner):
-                return node
-            outer_parts, inner_parts = _parts(node), _parts(inner)
-            if outer_parts is None or inner_parts is None:
-                return node
-            parts = inner_parts + outer_parts
-            if not any(random for _, random in parts):
-                return node  # maps only: map_fusion's
-            key = stacked_keys(inner, node)
-            assert key is not None  # a random part has a key
-            return RandomMapNode(inner.input, ImageChain(parts), key,
-                                 num_parallel_calls=node.num_parallel_calls,
-                                 deterministic=node.deterministic)
-
-        return bottom_up(plan, fuse)
+        return fuse_chains(plan, _parts, ImageChain)

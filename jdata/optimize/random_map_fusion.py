@@ -21,7 +21,7 @@ was a ``map``'s.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from jdata._plan import Node
 from jdata.ops import _image_udfs
@@ -29,8 +29,10 @@ from jdata.ops.random_map import RandomMapNode
 from jdata.optimize.image_fusion import fusable, stacked_keys
 from jdata.optimize.rewrite import Chain, bottom_up
 
+Parts = tuple[tuple[Any, bool], ...]  # a chain's (fn, random) pairs in order
 
-def _parts(node: Node) -> tuple[tuple[Any, bool], ...] | None:
+
+def _parts(node: Node) -> Parts | None:
     """A map's or random_map's UDFs as chain parts, or ``None`` where a fused decode
     (``decode_resize_fusion``'s, whose chain is its own) is one of them."""
     fn = node.fn
@@ -41,24 +43,32 @@ def _parts(node: Node) -> tuple[tuple[Any, bool], ...] | None:
     return ((fn, type(node) is RandomMapNode),)
 
 
+def fuse_chains(plan: Node, parts_of: Callable[[Node], Parts | None],
+                make: Callable[[Parts], Chain]) -> Node:
+    """``plan`` with each fusable pair of maps and random_maps, at least one random, whose
+    ``parts_of`` both are chain parts (not ``None``), as one random_map of ``make(parts)``
+    holding their keys stacked (this rule's and ``image_chain_fusion``'s rewrite)."""
+    def fuse(node: Node) -> Node:
+        inner = getattr(node, "input", None)
+        if inner is None or not fusable(node, inner):
+            return node
+        outer_parts, inner_parts = parts_of(node), parts_of(inner)
+        if outer_parts is None or inner_parts is None:
+            return node
+        parts = inner_parts + outer_parts
+        if not any(random for _, random in parts):
+            return node  # maps only: map_fusion's
+        key = stacked_keys(inner, node)
+        assert key is not None  # a random part has a key
+        return RandomMapNode(inner.input, make(parts), key,
+                             num_parallel_calls=node.num_parallel_calls,
+                             deterministic=node.deterministic)
+
+    return bottom_up(plan, fuse)
+
+
 class RandomMapFusionRule:
     name = "random_map_fusion"
 
     def apply(self, plan: Node, options) -> Node:
-        def fuse(node: Node) -> Node:
-            inner = getattr(node, "input", None)
-            if inner is None or not fusable(node, inner):
-                return node
-            outer_parts, inner_parts = _parts(node), _parts(inner)
-            if outer_parts is None or inner_parts is None:
-                return node
-            parts = inner_parts + outer_parts
-            if not any(random for _, random in parts):
-                return node  # maps only: map_fusion's
-            key = stacked_keys(inner, node)
-            assert key is not None  # a random part has a key
-            return RandomMapNode(inner.input, Chain(parts), key,
-                                 num_parallel_calls=node.num_parallel_calls,
-                                 deterministic=node.deterministic)
-
-        return bottom_up(plan, fuse)
+        return fuse_chains(plan, _parts, Chain)
