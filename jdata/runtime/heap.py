@@ -20,8 +20,9 @@ most 32 MiB of free pages per malloc arena (glibc makes up to 8 arenas per
 core for threads that allocate at once).
 
 It does nothing where the C library is not glibc, where the user set either
-threshold (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``,
-``GLIBC_TUNABLES``) or where ``JDATA_KEEP_FREED_PAGES=0``.
+threshold (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, or
+``glibc.malloc.mmap_threshold``/``trim_threshold`` in ``GLIBC_TUNABLES``) or where
+``JDATA_KEEP_FREED_PAGES=0``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import threading
 THRESHOLD = 32 << 20
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
-_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+_USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+_USER_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold")
 
 _lock = threading.Lock()
 _done: bool | None = None  # None: not tried yet in this process
@@ -54,7 +56,9 @@ def keep_freed_pages() -> bool:
 def _set_thresholds() -> bool:
     if os.environ.get("JDATA_KEEP_FREED_PAGES", "1") == "0":
         return False
-    if any(name in os.environ for name in _USER_SETTINGS):
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if (any(name in os.environ for name in _USER_VARIABLES)
+            or any(name in tunables for name in _USER_TUNABLES)):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -67,11 +67,20 @@ def test_the_environment_turns_it_off():
     assert counts["after"] > 50_000
 
 
+def test_other_glibc_tunables_do_not_turn_it_off():
+    counts = _run(GLIBC_TUNABLES="glibc.malloc.check=0")
+    assert counts["kept"] is True
+    assert counts["after"] < 5_000
+
+
 def test_the_users_own_malloc_settings_are_left_alone():
     # glibc's default, set by hand: a 1 MiB array still gets its own mmap.
     counts = _run(MALLOC_MMAP_THRESHOLD_="131072")
     assert counts["kept"] is False
     assert counts["after"] > 50_000
+    tuned = _run(GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072")
+    assert tuned["kept"] is False
+    assert tuned["after"] > 50_000
 
 
 def _faults_of_churn() -> int:
