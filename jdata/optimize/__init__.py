@@ -49,8 +49,8 @@ RULES: tuple[Rule, ...] = (
     map_fusion.MapFusionRule(),
     filter_fusion.FilterFusionRule(),
     map_filter_fusion.MapFilterFusionRule(),  # after both: the fused map and filter fuse
-    random_map_fusion.RandomMapFusionRule(),  # after map_fusion: the maps it leaves
     map_batch_fusion.MapBatchFusionRule(),
+    random_map_fusion.RandomMapFusionRule(),  # after both: it takes the maps they leave
     inject_prefetch.InjectPrefetchRule(),
 )
 

@@ -13,6 +13,7 @@ import jdata
 from jdata import optimize
 from jdata.ops import image
 from jdata.ops.map import MapNode
+from jdata.ops.map_batch import MapBatchNode
 from jdata.ops.random_map import RandomMapNode
 from jdata.optimize.rewrite import Chain
 from tests.helpers import check_restore_at_every_step
@@ -104,6 +105,20 @@ def test_other_parallelism_order_or_vectorized_ops_stop_the_chain():
           .map(lambda x: x + 1, vectorize=True))
     assert "random_map_fusion" not in ds.explain().splitlines()[0]
     assert sorted(ds) == sorted(ds.with_options(OFF))
+
+
+def test_a_map_fused_into_its_batch_over_a_sequential_input_stays_there():
+    def numbers():
+        yield from range(10)
+
+    ds = (jdata.from_generator(numbers, output_signature=jdata.TensorSpec((), np.int64))
+          .random_map(_noise, KEYS[0], num_parallel_calls=2)
+          .map(_scaled, num_parallel_calls=2).batch(4))
+    first = ds.explain().splitlines()[0]
+    assert "map_batch_fusion" in first and "random_map_fusion" not in first
+    kinds = [type(n) for n in _nodes(ds)]
+    assert kinds.index(RandomMapNode) == kinds.index(MapBatchNode) + 1
+    assert _same(list(ds), list(ds.with_options(OFF)))
 
 
 def test_maps_alone_are_left_to_map_fusion():
