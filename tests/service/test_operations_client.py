@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -126,7 +127,15 @@ def test_a_dispatcher_stopped_while_joining_is_service_not_found(svc, monkeypatc
     def found_then_stopped(name, namespace=None):
         handle = lookup(name, namespace=namespace)
         ray.kill(handle, no_restart=True)
-        return handle
+        # ray.kill only asks: until the actor is dead, connect's version() could still
+        # reach it (and see protocol 0). Wait for the death, not for a time.
+        deadline = time.monotonic() + _WAIT_SEC
+        while time.monotonic() < deadline:
+            try:
+                ray.get(handle.workers.remote(), timeout=_WAIT_SEC)
+            except ray.exceptions.RayActorError:
+                return handle
+        raise AssertionError(f"the killed stub still answered after {_WAIT_SEC} s")
 
     monkeypatch.setattr(ray, "get_actor", found_then_stopped)
     with pytest.raises(jdata.ServiceNotFoundError,
