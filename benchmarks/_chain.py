@@ -1,8 +1,9 @@
 """Several image UDFs, random or not, as one ``random_map`` UDF: a hand fusion.
 
-jdata's ``map_fusion`` fuses consecutive ``map``s but not ``random_map``s, so a
-pipeline of one ``random_map`` per kernel hands every element from thread to
-thread once per kernel. ``Chain`` runs them in one call, each random kernel
+The hand-written form of what jdata's optimizer does on its own
+(``random_map_fusion`` fuses adjacent ``map``s and ``random_map``s into one
+stage): ``--tuning`` runs it beside the optimizer's plan, and the ``plain``
+loops call it. ``Chain`` runs the kernels in one call, each random kernel
 with a key of its own split from the element's (``image.split_key``), so that
 two kernels do not draw the same numbers.
 """

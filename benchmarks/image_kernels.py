@@ -1,16 +1,16 @@
 """image_kernels: each ``jdata.ops.image`` kernel alone against its tf.image op, on one core.
 
-jdata's kernel is called directly (no pipeline) with OpenCV held to one
-thread; TensorFlow runs the op in a ``tf.function`` with intra- and inter-op
-parallelism 1. Inputs: a 224x224x3 image (``float32`` in [0, 1] and ``uint8``),
-a 375x500x3 one for resizes and crops, a 500x375 JPEG and PNG (8- and
-16-bit) for decoding. Random kernels get a different key (tf: a fresh draw) on
-every call, so branches taken with a probability are taken as often as they
-would be. Rounds interleave the two, per kernel; the table gives the median ms
-per call and ``tf / jdata`` (> 1: jdata faster; the issue's target is >= 1).
-A kernel that this jdata does not have yet is reported as missing. The heap's
-thresholds are raised first, as a jdata iterator does (``jdata/runtime/heap.py``),
-for both.
+jdata's kernel is called directly (no pipeline) with OpenCV and NumPy's
+BLAS held to one thread each (``threadpoolctl``); TensorFlow runs the op in
+a ``tf.function`` with intra- and inter-op parallelism 1. Inputs: a 224x224x3
+image (``float32`` in [0, 1] and ``uint8``), a 375x500x3 one for resizes and
+crops, a 500x375 JPEG and PNG (8- and 16-bit) for decoding. Random kernels
+get a different key (tf: a fresh draw) on every call, so branches taken with a
+probability are taken as often as they would be. Rounds interleave the two,
+per kernel; the table gives the median ms per call and ``tf / jdata`` (> 1:
+jdata faster; the issue's target is >= 1). A kernel that this jdata does not
+have yet is reported as missing. The heap's thresholds are raised first, as a
+jdata iterator does (``jdata/runtime/heap.py``), for both.
 
     python -m benchmarks.image_kernels [--quick] [--only NAME ...]
 """
@@ -92,6 +92,11 @@ def _one_core() -> None:
         cv2.setNumThreads(1)
     except ImportError:
         pass
+    # NumPy's BLAS (the band resampler's matrix products) starts a thread per core
+    # otherwise: one core means one thread for jdata too.
+    import threadpoolctl
+
+    threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
 def measure(case: _image_cases.Case, data: dict[str, Any], rounds: int,
@@ -103,7 +108,9 @@ def measure(case: _image_cases.Case, data: dict[str, Any], rounds: int,
 
     row = Row(f"{case.name} [{case.input}]")
     x = data[case.input]
-    keys = [np.array([7, i], np.uint32) for i in range(64)]
+    # Random words, as random_map's keys are: a kernel may read a key's bits as they are
+    # (random_flip's top bit), and [7, i] would never flip.
+    keys = list(np.random.default_rng(7).integers(0, 2 ** 32, (64, 2), dtype=np.uint32))
     ours = None
     try:
         ours = case.jdata(image, x, keys)
