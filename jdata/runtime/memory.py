@@ -24,6 +24,7 @@ from jdata.runtime.stats import OpStats
 _lock = threading.Lock()
 _holders: weakref.WeakSet = weakref.WeakSet()  # OpStats of live stages
 _claims: dict[int, int] = {}  # serial of a live Claim -> its bytes
+_released: list[int] = []  # serials of Claims collected, still in _claims
 _serials = itertools.count()
 _default: int | None = None
 _limit: int | None = None  # computed again when a claim comes or goes
@@ -42,8 +43,10 @@ class Claim:
 
 
 def _release(serial: int) -> None:
-    with _lock:
-        del _claims[serial]
+    # A finalizer: a garbage collection that an allocation under _lock set off runs it on
+    # the thread holding _lock, so it takes no lock (the thread would wait for itself
+    # forever, and every pipeline of the process after it). list.append is atomic.
+    _released.append(serial)
     _forget_limit()
 
 
@@ -58,6 +61,8 @@ def limit() -> int:
     current = _limit
     if current is None:
         with _lock:
+            while _released:
+                _claims.pop(_released.pop(), None)
             claimed = list(_claims.values())
         current = _limit = min(claimed) if claimed else _default_budget()
     return current

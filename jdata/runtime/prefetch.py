@@ -5,7 +5,9 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import weakref
 
+from jdata._errors import IteratorClosedError
 from jdata.runtime import executors, memory, trace
 from jdata.runtime.iterator import Iterator, Tunable
 from jdata.runtime.outcomes import Outcome
@@ -51,6 +53,7 @@ class PrefetchIterator(Tunable):
         self._buffer: collections.deque = collections.deque()  # (state before, outcome)
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._handoff = _Handoff()
         self.stats = OpStats("prefetch", 1, buffer_size)
         memory.track(self.stats)
 
@@ -76,48 +79,10 @@ class PrefetchIterator(Tunable):
 
     def _start(self) -> None:
         self._stop = False
-        self._thread = threading.Thread(target=self._produce, name="jdata-prefetch", daemon=True)
+        self._handoff = _Handoff()
+        self._thread = threading.Thread(target=_produce, args=(weakref.ref(self), self._handoff),
+                                        name="jdata-prefetch", daemon=True)
         self._thread.start()
-
-    def _produce(self) -> None:
-        stats = self.stats
-        me, (enter, leave) = threading.current_thread(), executors.busy_marks()
-        while True:
-            with self._cond:
-                while not self._stop:
-                    if len(self._buffer) >= self._buffer_size:
-                        self._cond.wait()
-                    elif self._over_budget():
-                        self._cond.wait(_BUDGET_POLL_SEC)
-                    else:
-                        break
-                if self._stop:
-                    return
-            with self._input_lock:
-                if self._stop or executors.exiting():
-                    return
-                before = None
-                start = time.perf_counter()
-                try:
-                    before = self._input.snapshot()
-                    enter(me)
-                    try:
-                        outcome = Outcome(trace.call(stats.label, next, self._input))
-                    finally:
-                        leave(me)
-                    if stats.elements % _BYTES_SAMPLE_EVERY == 0:
-                        stats.record_bytes(outcome.value)
-                except StopIteration:
-                    outcome = _END
-                except BaseException as e:  # delivered to the consumer in order
-                    outcome = Outcome(error=e)
-                stats.busy_sec += time.perf_counter() - start
-                with self._cond:
-                    self._buffer.append((before, outcome))
-                    stats.held_bytes = int(len(self._buffer) * stats.bytes_per_element)
-                    self._cond.notify_all()
-            if outcome is _END:
-                return
 
     def __next__(self):
         if self._thread is None:
@@ -126,9 +91,13 @@ class PrefetchIterator(Tunable):
             self._start()
         with self._cond:
             if not self._buffer:
-                start = time.perf_counter()
+                start, thread = time.perf_counter(), self._thread
                 while not self._buffer:
-                    if not self._cond.wait(_POLL_SEC) and not self._thread.is_alive():
+                    if self._stop:  # close() from another thread while this one waited
+                        raise IteratorClosedError(
+                            "next() waited on an iterator that close() (called on another "
+                            "thread meanwhile) closed: make a new one with ds.iterator()")
+                    if not self._cond.wait(_POLL_SEC) and not thread.is_alive():
                         raise RuntimeError("jdata: the prefetch thread ended without a result")
                 self.stats.wait_sec += time.perf_counter() - start
             _, outcome = self._buffer[0]
@@ -163,6 +132,8 @@ class PrefetchIterator(Tunable):
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        if thread is threading.current_thread():
+            return False  # close() by a garbage collection on the producer's thread
         # The producer checks _stop between pulls; a pull in progress (a slow
         # UDF upstream) cannot be interrupted, only waited for.
         thread.join(timeout)
@@ -180,4 +151,85 @@ class PrefetchIterator(Tunable):
         self._buffer.clear()
         if self._halt(_CLOSE_TIMEOUT_SEC):
             self._input.close()
-        # Otherwise the producer still uses the input; it exits after its pull.
+            return
+        # The producer still uses the input (a pull in progress, or this is its own thread,
+        # where a garbage collection closed the pipeline): it closes it on its way out.
+        with self._cond:
+            if not self._handoff.done:
+                self._handoff.inputs.append(self._input)
+                return
+        self._input.close()
+
+
+class _Handoff:
+    """What a producer closes on its way out: the input, where ``close()`` could not."""
+
+    def __init__(self) -> None:
+        self.done = False  # the producer is on its way out (under the iterator's condition)
+        self.inputs: list[Iterator] = []
+
+
+def _produce(ref: weakref.ref, handoff: _Handoff) -> None:
+    """The producer of the ``PrefetchIterator`` that ``ref`` refers to.
+
+    It holds the iterator only while it pulls: waiting for room, it holds the
+    buffer and the condition, which lead to no UDF. A pipeline whose UDF refers
+    back to its iterator (``ds.map(self.preprocess)`` in a trainer that holds
+    ``self.it``) is then garbage once its owner is dropped, and is collected and
+    closed like any other, instead of being kept alive by its own thread, buffer
+    full, forever.
+    """
+    this = ref()
+    if this is None:
+        return
+    cond, buffer, stats = this._cond, this._buffer, this.stats
+    me, (enter, leave) = threading.current_thread(), executors.busy_marks()
+    try:
+        while True:
+            with cond:
+                while True:
+                    if this is None or this._stop:
+                        return
+                    if len(buffer) >= this._buffer_size:
+                        wait = _POLL_SEC  # then looks whether the iterator is still there
+                    elif this._over_budget():
+                        wait = _BUDGET_POLL_SEC
+                    else:
+                        break
+                    this = None
+                    cond.wait(wait)
+                    this = ref()
+            with this._input_lock:
+                if this._stop or executors.exiting():
+                    return
+                before = None
+                start = time.perf_counter()
+                try:
+                    before = this._input.snapshot()
+                    enter(me)
+                    try:
+                        outcome = Outcome(trace.call(stats.label, next, this._input))
+                    finally:
+                        leave(me)
+                    if stats.elements % _BYTES_SAMPLE_EVERY == 0:
+                        stats.record_bytes(outcome.value)
+                except StopIteration:
+                    outcome = _END
+                except BaseException as e:  # delivered to the consumer in order
+                    outcome = Outcome(error=e)
+                stats.busy_sec += time.perf_counter() - start
+                with cond:
+                    if this._stop:  # closed meanwhile: no element after close()
+                        return
+                    buffer.append((before, outcome))
+                    stats.held_bytes = int(len(buffer) * stats.bytes_per_element)
+                    cond.notify_all()
+            if outcome is _END:
+                return
+            del before, outcome
+    finally:
+        with cond:
+            handoff.done = True
+            inputs, handoff.inputs = handoff.inputs, []
+        for input_iterator in inputs:
+            input_iterator.close()

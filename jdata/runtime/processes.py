@@ -261,6 +261,14 @@ class _Shared:
     def shutdown(self) -> None:
         if os.getpid() != self.owner_pid:
             return  # a forked child's copy: the workers are its parent's
+        if threading.current_thread() is self.collector:
+            # The executor's finalizer, run by a garbage collection that an allocation of
+            # the collector set off, maybe while the collector holds the lock (taking it
+            # here would wait forever: the workers and the job's segment would be left).
+            # A thread of its own shuts down once the lock is free; not a daemon, so the
+            # interpreter waits for it at exit.
+            threading.Thread(target=self.shutdown, name="jdata-shutdown").start()
+            return
         start = time.monotonic()
         with self.lock:
             if self.closing:
@@ -270,7 +278,7 @@ class _Shared:
             pending = list(self.futures.values())
             self.futures.clear()
         _send_quietly(self.wake_w, None)
-        if self.collector.is_alive() and self.collector is not threading.current_thread():
+        if self.collector.is_alive():
             # Woken, it stops at once, unless it is copying out a large result. Workers
             # are told to stop only after: one that exits unlinks the segments its
             # last results (still in the pipe) name.

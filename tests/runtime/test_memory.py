@@ -87,3 +87,31 @@ def test_the_process_engines_shared_memory_counts_against_the_budget():
             most_held = max(most_held, memory.held())
     assert 0 < most_shm <= 64 * _MB
     assert most_held <= 64 * _MB + 4 * 4 * _MB  # the one element any stage may always hold
+
+
+_COLLECTED_UNDER_THE_LOCK = """
+import gc
+from jdata.runtime import memory
+gc.disable()  # the claim is freed by the collection below, not before
+claim = memory.Claim(1 << 20)
+cycle = [claim]
+cycle.append(cycle)
+del claim, cycle
+assert memory.limit() == 1 << 20
+with memory._lock:  # where any allocation can set off a collection
+    gc.collect()
+print(memory.limit())
+"""
+
+
+def test_a_budget_collected_while_its_thread_holds_the_budgets_lock_does_not_hang():
+    # A Claim's finalizer runs on whichever thread a garbage collection happens, maybe one
+    # inside limit() or held(): it took the lock that thread held and waited forever (and
+    # every pipeline of the process after it). In a child: the old behaviour hangs.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _COLLECTED_UNDER_THE_LOCK],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 1 << 20  # released: the default budget again

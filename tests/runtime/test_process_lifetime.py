@@ -3,6 +3,7 @@ never cut short by anyone else, and stopped in bounded time."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -10,11 +11,12 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
 import jdata
-from jdata.runtime import forkserver
+from jdata.runtime import forkserver, prefetch
 from tests.runtime.process_helpers import (PROCESSES, SCRIPT_TIMEOUT_SEC, gone, kill_leftovers,
                                            my_segments, pool_of, python_work, read_line,
                                            run_script, signal_running_job, wait_until,
@@ -128,7 +130,7 @@ def test_workers_and_fork_server_die_with_a_killed_user_process(tmp_path):
         import json
         import threading
         import jdata
-        from jdata.runtime import forkserver
+        from jdata.runtime import forkserver, prefetch
 
         def hang_from_2(x):
             if x >= 2:
@@ -239,3 +241,78 @@ def test_a_worker_terminated_inside_a_jax_gc_callback_prints_nothing(tmp_path):
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, \
         result.stderr
     assert my_segments(result.pid) == []
+
+
+class _Trainer:
+    """Holds its iterator, and its pipeline's UDF is one of its methods: the trainer, the
+    iterator and the pipeline make a cycle, as in many training loops."""
+
+    def __init__(self, engine: str):
+        ds = jdata.range(10 ** 6).map(self.preprocess, num_parallel_calls=2).prefetch(2)
+        self.it = ds.with_options(jdata.Options(engine=engine)).iterator()
+
+    def preprocess(self, x):
+        return x + 1
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_a_trainer_dropped_with_its_iterator_open_goes_with_its_threads_and_workers(engine):
+    # The prefetch thread held its iterator, which held the UDF, which held the trainer:
+    # the dropped trainer was never collected, its iterator never closed, and its threads,
+    # buffers and worker processes stayed for the life of the process.
+    before = set(threading.enumerate())
+    trainer = _Trainer(engine)
+    assert [int(next(trainer.it)) for _ in range(5)] == [1, 2, 3, 4, 5]
+    workers = pool_of(trainer.it)._executor.pids() if engine == "processes" else []
+    started = [t for t in threading.enumerate() if t not in before]
+    assert any(t.name == "jdata-prefetch" for t in started)
+    dropped = weakref.ref(trainer)
+    del trainer
+
+    def collected() -> bool:
+        gc.collect()
+        return dropped() is None
+
+    wait_until(collected, "the trainer is collected")
+    wait_until(lambda: not any(t.is_alive() for t in started), "its threads end")
+    wait_until(lambda: all(gone(p) for p in workers), "its workers exit")
+    assert my_segments() == []
+
+
+
+def _outermost_prefetch(it: jdata.DatasetIterator) -> prefetch.PrefetchIterator:
+    stage = it._root
+    while not isinstance(stage, prefetch.PrefetchIterator):
+        stage = getattr(stage, "inner", None) or stage._input  # under the op counters
+    return stage
+
+
+def test_close_on_the_prefetch_thread_while_next_waits_closes_every_stage_and_next_says_so():
+    # A garbage collection can close a pipeline on any thread, its own prefetch thread
+    # included: close() there tried to join the thread it ran on (RuntimeError), and the
+    # stages before the prefetch were never closed (their threads stayed). And a next()
+    # waiting meanwhile on another thread failed with an AttributeError, or returned an
+    # element pulled after close(). Here the UDF that runs on that thread closes the
+    # iterator, as such a collection would, once the consumer waits for it.
+    before = set(threading.enumerate())
+    holder: dict = {}
+
+    def close_at_1(x):
+        if x == 1:
+            waiting = _outermost_prefetch(holder["it"])._cond._waiters
+            wait_until(lambda: len(waiting) > 0, "the consumer waits for element 1")
+            holder["it"].close()
+        return x
+
+    ds = (jdata.range(1000).map(lambda x: x, num_parallel_calls=2).prefetch(2)
+          .map(close_at_1).prefetch(2))
+    # Unoptimized: the maps are not fused, so close_at_1 runs on the last prefetch's thread.
+    holder["it"] = it = ds.with_options(jdata.Options(optimize=False, engine="threads")).iterator()
+    assert int(next(it)) == 0
+    with pytest.raises(jdata.errors.IteratorClosedError, match="close"):
+        next(it)
+    started = [t for t in threading.enumerate() if t not in before]
+    assert {"jdata-prefetch", "jdata-1"} <= {t.name for t in started}
+    wait_until(lambda: not any(t.is_alive() for t in started), "the pipeline's threads end")
+    with pytest.raises(jdata.errors.IteratorClosedError):
+        next(it)

@@ -19,7 +19,7 @@ import pytest
 
 import jdata
 from jdata import _placement
-from jdata.runtime import engine, forkserver, outcomes, segments, worker
+from jdata.runtime import engine, forkserver, outcomes, processes, segments, worker
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 from tests.runtime.process_helpers import (PROCESSES, fork_server_ready, gone, group_gone,
                                            my_segments, pool_of, python_work, read_line,
@@ -156,6 +156,44 @@ def test_garbage_collection_after_an_exception_stops_workers():
     pids = info.value.args[0]
     del info
     gc.collect()
+    wait_until(lambda: all(gone(p) for p in pids), "the workers are reaped")
+    assert my_segments() == []
+
+
+def _echo(items):
+    return [outcomes.Outcome(x) for x in items]
+
+
+def test_an_executor_collected_on_its_collector_thread_under_its_lock_still_shuts_down():
+    # A probe of a CI failure: the executor's finalizer ran in a garbage collection that the
+    # collector thread set off while holding the executor's lock, and waited for that lock
+    # forever; the workers and the job's segment stayed for the rest of the process. Here the
+    # collection is forced at that point: the collector iterates over the workers under the
+    # lock, and this list collects when the collector does so.
+    executor = processes.ProcessExecutor(_echo, 2)
+    assert executor.submit([7]).result(120)[0][0].get() == 7
+    shared, pids = executor._shared, executor.pids()
+    collected_there = threading.Event()
+
+    class _CollectingWhenTheCollectorLooks(list):
+        def __iter__(self):
+            if threading.current_thread() is shared.collector and not collected_there.is_set():
+                assert shared.lock.locked()
+                collected_there.set()
+                gc.collect()
+            return super().__iter__()
+
+    gc.disable()  # so that only the collector's collection can find the cycle
+    try:
+        cycle: list = [executor]
+        cycle.append(cycle)
+        shared.workers = _CollectingWhenTheCollectorLooks(shared.workers)
+        del executor, cycle
+        wait_until(collected_there.is_set, "the collector collects")
+        wait_until(lambda: shared.closing and not shared.collector.is_alive(),
+                   "the executor shuts down")
+    finally:
+        gc.enable()
     wait_until(lambda: all(gone(p) for p in pids), "the workers are reaped")
     assert my_segments() == []
 
