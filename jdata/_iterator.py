@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import threading
@@ -51,6 +52,8 @@ class DatasetIterator:
         self._ctx = ctx
         self._epochs = epochs
         self._closed = False
+        # The root's state where the stream ended; the root is closed then (see ``_end``).
+        self._ended: Any = None
         if state is not None:
             state, epoch = self._checked(state)
         self._epoch = epoch
@@ -69,7 +72,26 @@ class DatasetIterator:
         return self
 
     def __next__(self) -> Any:
-        return next(self._stream)
+        try:
+            return next(self._stream)
+        except StopIteration:
+            self._end()
+            raise
+
+    def _end(self) -> None:
+        """The stream ended: its threads stop and its worker processes are parked for the
+        dataset's next iterator now, not when this one is dropped (a training loop keeps
+        it for its state while the next epoch's starts). ``get_state()`` gives the state
+        at the end; ``set_state()`` builds the stages again."""
+        if self._ended is not None or self._closed:
+            return
+        try:
+            self._ended = self._root.get_state()
+        except Exception:  # no state to keep: the stages stay until it goes, as get_state raises
+            return
+        self._stream = _ENDED
+        self._root.close()
+        self._ctx.stop_tuner()
 
     @property
     def epoch(self) -> int:
@@ -80,8 +102,9 @@ class DatasetIterator:
         """The iterator's position as JSON-able data (refused after ``close()``)."""
         if self._closed:
             _CLOSED.refuse("get_state()")
+        root = self._root.get_state() if self._ended is None else copy.deepcopy(self._ended)
         return {"version": _STATE_VERSION, "plan": self._signature, "facts": self._facts,
-                "epoch": self._epoch, "state": self._root.get_state()}
+                "epoch": self._epoch, "state": root}
 
     def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Moves the iterator to a position returned by ``get_state``.
@@ -98,11 +121,14 @@ class DatasetIterator:
         if self._closed:
             _CLOSED.refuse("set_state()")
         state, epoch = self._checked(state)
-        if epoch == self._epoch:
+        if epoch == self._epoch and self._ended is None:
             self._restore(self._root, state["state"])
         else:
-            # Another epoch is another stream (shuffle order, keys): rebuilt, and
-            # swapped in only once the state fits, so a bad state changes nothing.
+            # Another epoch is another stream (shuffle order, keys), and an ended
+            # stream's stages are closed: rebuilt, and swapped in only once the state
+            # fits, so a bad state changes nothing.
+            if self._ended is not None:
+                self._ctx.renew_tuner()
             root = _planner.make_iterator(self._node, self._ctx, epoch)
             try:
                 self._restore(root, state["state"])
@@ -113,7 +139,9 @@ class DatasetIterator:
             self._stream = root
             self._epoch = epoch
             self._ops.watch_output()
-            old.close()
+            if self._ended is None:
+                old.close()
+            self._ended = None
         self._restored(epoch)
 
     def _checked(self, state: Any) -> tuple[dict[str, Any], int]:
@@ -185,7 +213,9 @@ class DatasetIterator:
 
         Worker processes are kept for the dataset's next iterator unless this
         is the last open one (``jdata.runtime.persistent``); an iterator that is
-        dropped without ``close()``, as a ``for`` loop drops it, keeps them.
+        dropped without ``close()``, as a ``for`` loop drops it, keeps them. An
+        iterator that reached its end has released its threads and parked its
+        worker processes already, and keeps its state until closed.
         """
         self._close(release=True)
 
@@ -194,7 +224,8 @@ class DatasetIterator:
             self._closed = True
             self._stream = _CLOSED
             try:
-                self._root.close()
+                if self._ended is None:  # else closed at the end already
+                    self._root.close()
                 self._ctx.stop_tuner()
             finally:
                 persistent.closed(self._node, release)
@@ -248,6 +279,16 @@ class _Closed:
 
 
 _CLOSED = _Closed()
+
+
+class _Ended:
+    """What an ended iterator's ``next()`` reads: its stages are closed (see ``_end``)."""
+
+    def __next__(self) -> NoReturn:
+        raise StopIteration
+
+
+_ENDED = _Ended()
 
 
 class Epochs:

@@ -9,6 +9,7 @@ register alternative factories here without touching the nodes.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Callable
 
 from jdata import _placement
@@ -80,13 +81,15 @@ def _parallel_subtree(node: Node, ctx: Context, epoch: int, parallelism: int,
     # Workers build their readers from the options alone (the context holds
     # the autotuner's thread, which cannot travel to worker processes). The
     # epoch comes with each task, so the workers serve the dataset's later
-    # iterators too (parked under its plan: jdata.runtime.persistent).
+    # iterators too (parked under its plan: jdata.runtime.persistent). Their key holds
+    # the subtree by a weak reference (equal to another of an equal live subtree):
+    # unoptimized, the subtree is the plan itself, which a strong key kept alive for ever.
     iterator = parallel.ParallelIndexIterator(
         functools.partial(_subtree_reader, node, options,
                           ctx.ops.workers() if ctx.ops is not None else None),
         parallelism, deterministic,
         _placement.subtree_engine(node, ctx), options.cpu_budget, _placement.engine_key(node),
-        node.op_name, epoch, ctx.pool_home, (node, options))
+        node.op_name, epoch, ctx.pool_home, (weakref.ref(node), options))
     ops = " <- ".join(_label(n, ctx) for n in walk(node))
     autotuned = any(n.parallel and n.num_parallel_calls == AUTOTUNE for n in walk(node))
     ctx.autotuner().register(iterator, f"{ops} (by index)", autotuned, False)

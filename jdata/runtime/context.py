@@ -49,3 +49,9 @@ class Context:
         """Stops the autotuner's thread, if one was started (the pipeline is closing)."""
         if self._tuner is not None:
             self._tuner.stop()
+
+    def renew_tuner(self) -> None:
+        """Stops the autotuner, if one was started: stages built next get a new one (an
+        ended stream's stages are built again by a restore)."""
+        self.stop_tuner()
+        self._tuner = None

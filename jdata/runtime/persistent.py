@@ -5,8 +5,11 @@ pickled and shipped to them (a UDF holding a vocabulary, an in-memory
 source), tens of milliseconds at each epoch of a ``for epoch ...: for batch
 in ds:`` loop. So the process executor of a subtree read by index (whose job
 does not depend on the epoch: tasks carry it) is parked when its iterator
-ends, under the dataset's plan (its ``home``), and the next iterator of the
-same subtree takes it over.
+ends (its stream ends, or it is dropped or closed), under the dataset's plan
+(its ``home``), and the next iterator of the same subtree takes it over.
+Processes still starting when their iterator goes are parked as they are
+(anything with ``usable()`` and ``shutdown()``): the next iterator waits for
+them instead of starting more.
 
 Parked workers are released:
 
@@ -64,6 +67,11 @@ def take(home, key):
 def park(home, key, executor) -> bool:
     """Keeps ``executor`` for the next iterator; ``False`` (the caller shuts it down)
     where it cannot serve one, or another is parked for ``key`` already.
+
+    ``key`` must not refer to ``home``: it is kept, strongly, as long as ``home``
+    lives, so a key that keeps ``home`` alive keeps both, and the workers, for the
+    life of the process (refer to plan nodes by ``weakref.ref``: a live one equals
+    another of an equal node, a dead one only itself).
 
     At most ``MAX_PER_HOME`` are kept per dataset, the oldest stopped first: the
     datasets an ``interleave`` or ``flat_map`` builds per element are new subtrees

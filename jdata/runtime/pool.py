@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -155,6 +156,11 @@ class Pool:
         self.job = job
         # Where worker processes are parked for the dataset's next iterator (None: never).
         self._home, self._reuse_key = home, reuse_key
+        # Orders a start thread's take of parked workers before its pool's shutdown, which
+        # parks that start (see _start_processes). Reentrant: a garbage collection inside
+        # the take may shut the pool down on that thread.
+        self._switch_lock = threading.RLock()
+        self._shut = False
         self.parallelism = parallelism
         self.cpu_budget = cpu_budget or executors.usable_cores()
         # (tags, items, future) per chunk, oldest first.
@@ -187,14 +193,20 @@ class Pool:
 
     def _start(self, engine: str):
         if engine == "processes":
-            from jdata.runtime import processes
-            kept = persistent.take(self._home, self._reuse_key)
-            if kept is not None:  # an earlier iterator's workers: no fork, no job to ship
-                kept.resize(self.parallelism)
-                return kept
-            return processes.ProcessExecutor(self.job, self.parallelism)
+            return self._processes(persistent.take(self._home, self._reuse_key))
         return executors.ThreadExecutor(self.job, self.parallelism, self.cpu_budget,
                                         self.stats)
+
+    def _processes(self, kept):
+        """Worker processes: ``kept`` (parked by an earlier iterator: no fork, no job to
+        ship), once up if still starting, or new ones."""
+        from jdata.runtime import processes
+        if isinstance(kept, _Starting):  # waited for on the start thread, or on this one
+            kept = kept.started()        # where the fork server is up (milliseconds)
+        if kept is not None:
+            kept.resize(self.parallelism)
+            return kept
+        return processes.ProcessExecutor(self.job, self.parallelism)
 
     def resize(self, parallelism: int) -> None:
         self.parallelism = self.stats.parallelism = parallelism
@@ -319,7 +331,16 @@ class Pool:
 
     def _start_processes(self, starting: cf.Future) -> None:
         try:
-            starting.set_result(self._start("processes"))
+            # Takes nothing once its pool shut down and parked this very start: it would
+            # wait for itself, or for a later pool's start that waits for it.
+            with self._switch_lock:
+                kept = None if self._shut else persistent.take(self._home, self._reuse_key)
+            if isinstance(kept, _Starting) and kept.is_of(starting):
+                # This very start, parked by a shutdown that a garbage collection ran inside
+                # the take: back to the park, and on with it.
+                persistent.park(self._home, self._reuse_key, kept)
+                kept = None
+            starting.set_result(self._processes(kept))
         except BaseException as e:
             starting.set_exception(e)
 
@@ -373,8 +394,44 @@ class Pool:
                 and persistent.park(self._home, self._reuse_key, executor)):
             executor.shutdown()
         starting, self._starting = self._starting, None
-        if starting is not None:  # processes not yet switched to: stopped once started
+        with self._switch_lock:
+            self._shut = True
+            parked = starting is not None and persistent.park(  # chosen, not switched to
+                self._home, self._reuse_key, _Starting(starting))
+        if starting is not None and not parked:
             starting.add_done_callback(_shutdown_started)
+
+
+class _Starting:
+    """Worker processes a pool chose and was still starting when it shut down, parked as
+    they are: the dataset's next iterator, which chooses them too, waits for them instead
+    of starting more (a first start imports jdata: most of a second, an epoch of a small
+    dataset). Stopped, where parking stops them, once started."""
+
+    def __init__(self, future: cf.Future):
+        self._future, self._pid = future, os.getpid()
+
+    def usable(self) -> bool:
+        # Never in a forked child: the thread that would finish the start is not there.
+        return self._pid == os.getpid() and not (
+            self._future.done() and self._future.exception() is not None)
+
+    def shutdown(self) -> None:
+        self._future.add_done_callback(_shutdown_started)
+
+    def is_of(self, future: cf.Future) -> bool:
+        return self._future is future
+
+    def started(self):
+        """The started executor, or None where the start failed or it cannot serve."""
+        try:
+            executor = self._future.result()
+        except Exception:
+            return None
+        if executor.usable():
+            return executor
+        executor.shutdown()
+        return None
 
 
 def _shutdown_started(starting: cf.Future) -> None:

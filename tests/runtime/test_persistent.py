@@ -6,12 +6,14 @@ import gc
 import os
 import signal
 import threading
+import weakref
 
 import jax
 import numpy as np
+import pytest
 
 import jdata
-from jdata.runtime import persistent
+from jdata.runtime import engine, forkserver, persistent
 from tests.helpers import take_list
 from tests.runtime.process_helpers import (PROCESSES, gone, my_segments, pool_of, python_work,
                                            run_script, wait_until, write_script)
@@ -68,6 +70,124 @@ def test_the_workers_go_with_the_dataset():
     gc.collect()
     wait_until(lambda: all(gone(pid) for pid in pids), "the workers exited")
     assert my_segments() == []
+
+
+def test_the_workers_go_with_a_dataset_whose_whole_plan_they_run():
+    # Unoptimized, the plan's root is the subtree the workers read by index: parked under
+    # the plan with the subtree as their key, they kept the plan alive, and the plan them,
+    # for the life of the process (every such dataset leaked two processes and a segment).
+    unoptimized = jdata.Options(engine="processes", optimize=False)
+    ds = jdata.range(40).map(python_work, num_parallel_calls=2).with_options(unoptimized)
+    it = ds.iterator()
+    assert [int(e["x"]) for e in it] == list(range(40))
+    pids, home = _pids(it), weakref.ref(it._node)
+    del it  # parks the workers
+    assert persistent.parked_count(home()) == 1
+    del ds
+    gc.collect()
+    assert home() is None
+    wait_until(lambda: all(gone(pid) for pid in pids), "the workers exited")
+    assert my_segments() == []
+
+
+def test_an_iterator_at_its_end_parks_its_workers_at_once_and_keeps_its_state():
+    # A training loop keeps the epoch's iterator (for its state) while the next one starts:
+    # the workers were parked only when it was dropped, so every epoch forked new ones.
+    ds = jdata.range(40).map(python_work, num_parallel_calls=2).with_options(PROCESSES)
+    it = ds.iterator()
+    assert [int(next(it)["x"]) for _ in range(10)] == list(range(10))
+    middle = it.get_state()
+    assert [int(e["x"]) for e in it] == list(range(10, 40))
+    pids, home = _pids(it), it._node
+    assert persistent.parked_count(home) == 1  # while the ended iterator is still held
+    end = it.get_state()
+    assert list(it) == [] and it.get_state() == end
+    later = ds.iterator()
+    assert [int(e["x"]) for e in later] == list(range(40))
+    assert _pids(later) == pids  # no fork: the ended one's workers
+    assert list(ds.iterator(end)) == []  # its end state restores as an ended iterator
+    with pytest.raises(ValueError):  # a bad state changes nothing
+        it.set_state({**middle, "state": {"index": "nonsense"}})
+    assert it.get_state() == end and list(it) == []
+    it.set_state(middle)  # its stages are built again, from where the state was taken
+    assert [int(e["x"]) for e in it] == list(range(10, 40))
+    it.close()
+    later.close()
+    wait_until(lambda: all(gone(pid) for pid in pids), "the workers exited")
+    assert my_segments() == []
+
+
+def test_an_iterator_at_its_end_stops_its_threads_while_it_is_held():
+    before = set(threading.enumerate())
+    ds = jdata.range(200).map(lambda x: x + 1, num_parallel_calls=jdata.AUTOTUNE).prefetch(2)
+    it = ds.with_options(jdata.Options(engine="threads")).iterator()
+    assert [int(x) for x in it] == list(range(1, 201))
+    wait_until(lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()],
+               "the pipeline's threads ended")
+    assert [row["elements"] for row in it.stats().rows] == [200, 200]
+    it.close()
+
+
+_PARKED_ONCE_STARTED = """
+    import glob, os, time
+    import jdata
+    from jdata.runtime import forkserver, persistent
+
+    def holds_the_gil(x):
+        total = 0
+        for i in range(20000):
+            total += i
+        return x
+
+    def until(condition, what):
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    ds = jdata.range(10**6).map(holds_the_gil, num_parallel_calls=jdata.AUTOTUNE)
+    with forkserver.Server._lock:  # the worker processes cannot start meanwhile
+        it = ds.iterator()
+        stage = it._root
+        while not hasattr(stage, "_pool"):
+            stage = stage._input
+        pool, home = stage._pool, it._node
+        deadline = time.monotonic() + 60
+        while pool._starting is None:  # read at full speed: the threads keep it waiting
+            next(it)
+            assert time.monotonic() < deadline, "the threads measured the UDF holding the GIL"
+        starting = pool._starting
+        if "{how}" == "close":
+            it.close()
+        else:
+            del it
+    executor = starting.result(60)
+    if "{how}" == "close":  # released: the processes stop once started
+        until(lambda: not executor.usable(), "the processes stopped")
+        assert persistent.parked_count(home) == 0
+        until(lambda: not glob.glob(f"/dev/shm/jdata_{{os.getpid()}}_*"), "segments unlinked")
+    else:  # dropped: parked (starting) for the dataset's next iterator, which takes them
+        assert persistent.parked_count(home) == 1
+        later = ds.iterator()
+        next(later)
+        stage = later._root
+        while not hasattr(stage, "_pool"):
+            stage = stage._input
+        assert stage._pool._executor is executor, "a new executor"
+        later.close()
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("how", ["drop", "close"])
+def test_processes_chosen_while_an_iterator_goes_are_parked_unless_released(tmp_path, how):
+    # They were stopped once started, and the next iterator started its own again: the
+    # second epoch of a small dataset ran on threads while a second start imported jdata.
+    script = write_script(tmp_path, _PARKED_ONCE_STARTED.format(how=how))
+    result = run_script(script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "ok"
+    assert my_segments(result.pid) == []
 
 
 def test_a_restore_into_another_epoch_keeps_its_workers_busy_and_exact():
@@ -208,3 +328,33 @@ def test_an_iterator_collected_while_the_parking_lock_is_held_does_not_deadlock(
     collector.start()
     collector.join(30)
     assert not collector.is_alive(), "deadlocked"
+
+
+def test_a_pool_shut_down_on_its_start_thread_while_it_takes_parked_workers_goes_on(
+        monkeypatch):
+    # A garbage collection inside the start thread's take may run the iterator's finalizer
+    # there: the pool's shutdown then waited for the lock the same thread held, for ever.
+    monkeypatch.setattr(engine, "_DECISIONS", {})  # measured anew, not remembered
+    forkserver.shutdown()  # so the processes start on a thread of their own
+    ds = jdata.range(10 ** 6).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
+    it = ds.with_options(jdata.Options(inject_prefetch=False, cpu_budget=2)).iterator()
+    pool, home = pool_of(it), it._node
+    take, starts, consumer_out = persistent.take, [], threading.Event()
+
+    def collected_there(*args):
+        if threading.current_thread().name == "jdata-start-processes":
+            starts.append(pool._starting)
+            assert consumer_out.wait(60)  # no next() runs while the pool shuts down
+            pool.shutdown()  # what the iterator's finalizer does
+        return take(*args)
+
+    monkeypatch.setattr(persistent, "take", collected_there)
+    while pool._starting is None:
+        next(it)
+    consumer_out.set()
+    wait_until(lambda: starts, "the start thread takes")
+    executor = starts[0].result(60)  # started: neither thread waited for the other
+    assert persistent.parked_count(home) == 1  # parked by the shutdown, for the next one
+    it.close()
+    wait_until(lambda: not executor.usable(), "the released processes stopped")
+    wait_until(lambda: my_segments() == [], "the segments are unlinked")
