@@ -20,7 +20,10 @@ fig. 8 regimes) (issue 15). ``simclr`` and ``ssd`` (issue 26) are SimCLR's two-v
 SSD's train pipelines, measured as ``cv``; ``image_kernels`` each ``jdata.ops.image``
 kernel against its tf.image op on one core. ``cedar.nlp`` and ``cedar.asr`` (issue 27) are
 the Cedar paper's NLP (BPE tokens embedded) and ASR (audio features) pipelines
-(``benchmarks/cedar/``), measured as ``cv``.
+(``benchmarks/cedar/``), measured as ``cv``. ``epochs`` (issue 29) runs ``nlp``, ``cv``
+and ``overhead`` in short epochs, a fresh iterator each (``benchmarks/epochs.py``): each
+epoch's time, the slowest against the median, and throughput against the plain loop;
+``udf_cost`` jdata against the plain loop for pure-Python UDFs of 1 µs to 1 ms.
 Absolute times on a shared machine are noise; compare ratios within one run.
 """
 
@@ -31,6 +34,7 @@ import time
 
 from benchmarks import (
     cv,
+    epochs,
     feed,
     image_kernels,
     nlp,
@@ -45,6 +49,7 @@ from benchmarks import (
     ssd,
     steady,
     storage,
+    udf_cost,
 )
 from benchmarks.cedar import asr as cedar_asr
 from benchmarks.cedar import nlp as cedar_nlp
@@ -54,7 +59,8 @@ WORKLOADS = {"overhead": overhead, "nlp": nlp, "cv": cv, "feed": feed, "optimize
              "parse_example": parse_example, "service": service,
              "service_sharing": service_sharing, "service_cachew": service_cachew,
              "simclr": simclr, "ssd": ssd, "image_kernels": image_kernels,
-             "cedar.nlp": cedar_nlp, "cedar.asr": cedar_asr}
+             "cedar.nlp": cedar_nlp, "cedar.asr": cedar_asr, "epochs": epochs,
+             "udf_cost": udf_cost}
 # Measured by benchmarks/steady.py.
 _STEADY = ("overhead", "nlp", "cv", "simclr", "ssd", "cedar.nlp", "cedar.asr")
 _FEED_TARGET_WAIT = 0.05  # the issue's target, where the pipeline alone outruns the model
@@ -169,6 +175,13 @@ def main(argv=None) -> None:
         if name in _STEADY:
             steady.report(name, rounds=max(3, args.repeats), scale=args.scale,
                           tuning=not args.no_tuning, systems=args.systems)
+        elif name == "epochs":
+            for workload in ("nlp", "cv", "overhead"):
+                epochs.report(workload, rounds=max(3, args.repeats),
+                              scale=args.scale * epochs.EPOCH_SCALE[workload],
+                              systems=args.systems)
+        elif name == "udf_cost":
+            print(udf_cost.table(udf_cost.run(rounds=max(3, args.repeats))))
         elif name == "feed":
             run_feed(args.scale, args.systems)
         elif name == "image_kernels":

@@ -59,7 +59,8 @@ class Forever:
 
 def torch_loader(count: int, item, repeat: bool, **loader_kw):
     """A PyTorch ``DataLoader`` of ``item(i)`` for ``i`` in ``0..count-1`` (cycled forever
-    with ``repeat``, see ``Forever``) on 2 worker processes, the best count on 2 cores;
+    with ``repeat``, see ``Forever``) on 2 worker processes, the best count on 2 cores, kept
+    from one iteration to the next (``persistent_workers``: short epochs, ``epochs.py``);
     ``loader_kw``: the rest of its arguments (``batch_size``, ``collate_fn``...)."""
     import torch.utils.data as tud
 
@@ -71,7 +72,7 @@ def torch_loader(count: int, item, repeat: bool, **loader_kw):
             return item(i)
 
     return tud.DataLoader(Items(), num_workers=2, sampler=Forever(count) if repeat else None,
-                          **loader_kw)
+                          persistent_workers=True, **loader_kw)
 
 
 @dataclasses.dataclass(frozen=True)
