@@ -22,6 +22,7 @@ _EXTRAS = {
     "PIL": ("pillow", "image"),
     "cv2": ("opencv-python-headless", "image"),
     "simplejpeg": ("simplejpeg", "image"),
+    "scipy": ("scipy", "image"),
     "ray": ("ray", "service"),
     "lz4": ("lz4", "service"),
     "zstandard": ("zstandard", "service"),

@@ -4,6 +4,7 @@ sample_distorted_bounding_box's distributions; boxes through crops and flips."""
 
 from __future__ import annotations
 
+import fractions
 import pickle
 
 import jax
@@ -64,6 +65,35 @@ def test_bicubic_antialias_on_larger_images_is_the_formula(shape, size):
     x = np.random.default_rng(3).random(shape, dtype=np.float32)
     out = image.resize(size=size, method="bicubic", antialias=True)(x)
     np.testing.assert_allclose(out, _keys_reference(x, *size), atol=2e-5)
+
+
+def _box_reference(x: np.ndarray, height: int, width: int) -> np.ndarray:
+    """tf's resize_area as a formula, in exact fractions: output ``i`` the mean of input
+    ``[i * in / out, (i + 1) * in / out)``, each pixel weighted by the part inside."""
+    def weights(n_in, n_out):
+        w = np.zeros((n_out, n_in))
+        for i in range(n_out):
+            low, high = fractions.Fraction(i * n_in, n_out), fractions.Fraction((i + 1) * n_in,
+                                                                               n_out)
+            for j in range(int(low), min(n_in, int(np.ceil(high)))):
+                w[i, j] = float((min(high, j + 1) - max(low, j)) / (high - low))
+        return w
+    return np.einsum("ij,jkc,lk->ilc", weights(x.shape[0], height), x.astype(np.float64),
+                     weights(x.shape[1], width), optimize=True)
+
+
+# Growing and shrinking, with box edges on pixel edges (203 -> 290: output row 90 is input
+# row 63 alone; OpenCV's INTER_AREA took row 62 there) and off them.
+@pytest.mark.parametrize("shape, size", [((203, 292, 3), (290, 387)), ((14, 9, 1), (20, 30)),
+                                         ((131, 170, 4), (57, 44)), ((40, 33, 2), (97, 20))])
+def test_area_is_the_box_formula_growing_and_shrinking(shape, size):
+    x = np.random.default_rng(4).random(shape, dtype=np.float32)
+    expected = _box_reference(x, *size)
+    out = image.resize(size=size, method="area")(x)
+    np.testing.assert_allclose(out, expected, atol=2e-5)
+    as_uint8 = (x * 255).astype(np.uint8)
+    rounded = image.resize(size=size, method="area")(as_uint8)
+    assert np.abs(rounded - np.rint(_box_reference(as_uint8, *size))).max() <= UINT8_TOLERANCE
 
 
 @pytest.mark.parametrize("method", ["bilinear", "bicubic", "nearest", "area"])
