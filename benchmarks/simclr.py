@@ -168,8 +168,7 @@ def torch_pipeline(images, repeat=False):
     from benchmarks.steady import torch_loader
 
     views = TorchViews()
-    return torch_loader(len(images), lambda i: views(images[i]), repeat, batch_size=BATCH,
-                        persistent_workers=True)
+    return torch_loader(len(images), lambda i: views(images[i]), repeat, batch_size=BATCH)
 
 
 class GrainViews(TorchViews):

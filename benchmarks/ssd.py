@@ -192,8 +192,7 @@ def torch_pipeline(data, repeat=False):
     from benchmarks.steady import torch_loader
 
     augment = TorchAugment()
-    return torch_loader(len(data), lambda i: augment(*data[i]), repeat, batch_size=BATCH,
-                        persistent_workers=True)
+    return torch_loader(len(data), lambda i: augment(*data[i]), repeat, batch_size=BATCH)
 
 
 class GrainAugment(TorchAugment):
