@@ -30,6 +30,7 @@ from jdata.errors import WorkerError as WorkerError
 from jdata.errors import WorkerImportError as WorkerImportError
 from jdata._iterator import DatasetIterator as DatasetIterator
 from jdata._options import Options as Options
+from jdata._options import PlanPins as PlanPins
 from jdata._sources import choose_from_datasets as choose_from_datasets
 from jdata._sources import counter as counter
 from jdata._sources import from_generator as from_generator
@@ -64,7 +65,7 @@ __all__ = [
     "ServiceStartError", "ServiceStoppedError", "ServiceUnavailableError",
     "ServiceVersionError", "IteratorClosedError", "SharedMemoryError", "UnpicklableJobError",
     "WorkDirInUseError", "WorkerError", "WorkerImportError", "DatasetIterator", "Options",
-    "choose_from_datasets", "counter", "from_generator", "from_source", "from_tensor_slices",
+    "PlanPins", "choose_from_datasets", "counter", "from_generator", "from_source", "from_tensor_slices",
     "from_tensors", "sample_from_datasets", "from_array_record", "from_parquet",
     "from_text_lines", "from_tfrecord", "list_files", "load", "hosts", "DatasetSpec",
     "TensorSpec",

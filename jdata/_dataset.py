@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Concatenate, ParamSpec, TypeVar
 
@@ -86,6 +87,11 @@ class Dataset:
         self._node = node
         self._optimized: optimize.Optimized | None = None
         self._epochs = Epochs()
+        # Cedar's planner (Options(plan=...)): the plan's fingerprint, and each placed plan
+        # by its structure, so that later iterators share its nodes (a cache's elements,
+        # parked workers).
+        self._plan_fingerprint: str | None = None
+        self._placed: dict[str, _plan.Node] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # The plan only: the optimized plan is rebuilt where it is used, and the
@@ -132,8 +138,36 @@ class Dataset:
         True
         """
         epoch = 0 if state is not None else self._epochs.take()
-        return DatasetIterator(self._optimize().plan, Context(options=self.options), state,
-                               epoch, self._epochs)
+        options = self.options
+        if options.service is not None and options.plan is None:
+            warnings.warn("Options(service=...) has no effect with Options(plan=None): set "
+                          "plan=jdata.AUTOTUNE (or use ds.with_service(svc)) to let the "
+                          "planner use the service", UserWarning, stacklevel=2)
+        plan, profiler = self._optimize().plan, None
+        if options.plan is not None:
+            plan, profiler = self._planned(plan, options, state)
+        return DatasetIterator(plan, Context(options=options), state, epoch, self._epochs,
+                               profiler)
+
+    def _planned(self, plan: _plan.Node, options: Options,
+                 state: Any) -> tuple[_plan.Node, Any]:
+        """The plan Cedar's planner chose (or a state's), or the plan with a profiler."""
+        from jdata import _autoplan
+
+        if state is not None:
+            signature = _autoplan.state_signature(state)
+            placed = None if signature is None else _autoplan.matching(plan, signature,
+                                                                        options)
+            return (plan if placed is None else self._placed.setdefault(
+                _plan.structure_signature(placed), placed)), None
+        _autoplan.check_pins(plan, options)
+        if self._plan_fingerprint is None:
+            self._plan_fingerprint = _fingerprint.fingerprint(plan)
+        placement = _autoplan.decided(plan, self._plan_fingerprint)
+        if placement is None:
+            return plan, _autoplan.Profiler(plan, self._plan_fingerprint, options)
+        placed = _autoplan.apply(plan, placement.cut, placement.cache, options)
+        return self._placed.setdefault(_plan.structure_signature(placed), placed), None
 
     def __iter__(self) -> DatasetIterator:
         return self.iterator()
@@ -238,7 +272,26 @@ class Dataset:
         for fired in result.fired:
             lines += ["", f"{fired.rule}, before:"] + _explain(fired.before, 1, ctx, {})
             lines += [f"  ({note})" for note in fired.notes]
+        if self.options.plan is not None:
+            lines += [""] + self._plan_lines(result.plan, ctx)
         return "\n".join(lines)
+
+    def _plan_lines(self, plan: _plan.Node, ctx: Context) -> list[str]:
+        """Cedar's planner's decision as ``explain()`` shows it: the placed plan, the
+        reasons and the profile."""
+        from jdata import _autoplan
+
+        if self._plan_fingerprint is None:
+            self._plan_fingerprint = _fingerprint.fingerprint(plan)
+        placement = _autoplan.decided(plan, self._plan_fingerprint)
+        if placement is None:
+            return ["Cedar's plan: not decided yet (the first iterator profiles the plan "
+                    f"above for {_autoplan.PROFILE_SEC:g} s, or to its end)"]
+        placed = _autoplan.apply(plan, placement.cut, placement.cache, self.options)
+        failed = _autoplan.scale_error(self._plan_fingerprint)
+        scaled = [] if failed is None else [f"  setting the service's workers failed: {failed}"]
+        return (placement.describe() + scaled + ["Planned (from the next iterator on):"]
+                + _explain(placed, 1, ctx, _plan.op_labels(placed)))
 
     def __repr__(self) -> str:
         return f"<jdata.Dataset {self._node}>"
@@ -1030,6 +1083,22 @@ class Dataset:
         if not isinstance(options, Options):
             raise TypeError(f"with_options: options={options!r} must be a jdata.Options")
         return Dataset(options_op.OptionsNode(self._node, options))
+
+    def with_service(self, service: Service) -> Dataset:
+        """Lets Cedar's planner run part of the pipeline on ``service``.
+
+        ``Options(service=service)``, with ``Options(plan=jdata.AUTOTUNE)`` unless a
+        plan is set upstream: the planner profiles the first iterator and may cut the
+        pipeline, running the part below the cut on the service's workers (as
+        ``distribute(service)`` there would), with as many workers as the consumer's
+        demand needs, and none when this process keeps up (see ``Options.plan``).
+
+        Args:
+          service: what ``jdata.service.start()`` or ``connect()`` returned.
+        """
+        if self.options.plan is not None:  # pins set upstream stay
+            return self.with_options(Options(service=service))
+        return self.with_options(Options(service=service, plan=AUTOTUNE))
 
     def get_single_element(self) -> Any:
         """The dataset's only element; raises if it has zero or several.

@@ -45,8 +45,10 @@ class DatasetIterator:
 
     def __init__(self, node: _plan.Node, ctx: Context,
                  state: dict[str, Any] | str | bytes | None = None,
-                 epoch: int = 0, epochs: Epochs | None = None) -> None:
+                 epoch: int = 0, epochs: Epochs | None = None, profiler: Any = None) -> None:
         self._node = node  # already optimized (Dataset.iterator)
+        # Cedar's planner's profile of this iterator (Options(plan=...)), or None.
+        self._profiler = profiler
         self._signature = _plan.structure_signature(node)
         self._facts = plan_facts(node)
         self._ctx = ctx
@@ -67,6 +69,8 @@ class DatasetIterator:
         if state is not None:
             self._restore(self._root, state["state"])
             self._restored(epoch)
+        if profiler is not None:
+            profiler.start(self._ops)
 
     def __iter__(self) -> Self:
         return self
@@ -85,6 +89,8 @@ class DatasetIterator:
         at the end; ``set_state()`` builds the stages again."""
         if self._ended is not None or self._closed:
             return
+        if self._profiler is not None:
+            self._profiler.decide(ended=True)
         try:
             self._ended = self._root.get_state()
         except Exception:  # no state to keep: the stages stay until it goes, as get_state raises
@@ -223,6 +229,8 @@ class DatasetIterator:
         if not self._closed:
             self._closed = True
             self._stream = _CLOSED
+            if self._profiler is not None:
+                self._profiler.cancel()
             try:
                 if self._ended is None:  # else closed at the end already
                     self._root.close()
