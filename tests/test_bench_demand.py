@@ -16,16 +16,16 @@ def test_the_planned_count_is_read_from_explain():
 
 
 def test_the_table_sets_the_plan_against_the_fewest_workers_that_meet_each_rate():
-    rows = [{"rate": 100.0, "planned": 0, "planned_rate": 100.0, "pinned": {0: 99.0, 1: 100.0},
+    rows = [{"rate": 100.0, "planned": 0, "planned_wait": 0.01, "pinned": {0: 0.0, 1: 0.01},
              "reason": []},
-            {"rate": 600.0, "planned": 2, "planned_rate": 590.0,
-             "pinned": {0: 480.0, 1: 500.0, 2: 590.0}, "reason": []},
-            {"rate": 900.0, "planned": 2, "planned_rate": 700.0,
-             "pinned": {0: 480.0, 1: 500.0, 2: 700.0}, "reason": []}]
+            {"rate": 600.0, "planned": 2, "planned_wait": 0.02,
+             "pinned": {0: 0.3, 1: 0.1, 2: 0.02}, "reason": []},
+            {"rate": 900.0, "planned": 2, "planned_wait": 0.2,
+             "pinned": {0: 0.5, 1: 0.4, 2: 0.2}, "reason": []}]
     text = demand.table(rows)
     lines = text.splitlines()
-    assert lines[2].split()[:4] == ["100", "0", "100", "0"]
-    assert lines[3].split()[:4] == ["600", "2", "590", "2"]
-    assert lines[4].split()[:4] == ["900", "2", "700", "none"]
+    assert lines[2].split()[:4] == ["100", "0", "1%", "0"]
+    assert lines[3].split()[:4] == ["600", "2", "2%", "2"]
+    assert lines[4].split()[:4] == ["900", "2", "20%", "none"]
     assert "within 1 worker of the fewest that meet: 2 of 3" in text
     assert "0 workers at the lowest rate: yes" in text
