@@ -113,11 +113,18 @@ def decided(plan: _plan.Node, fingerprint: str) -> Placement | None:
 
 def apply(plan: _plan.Node, cut: int | None, cache: int | None, options) -> _plan.Node:
     """``plan`` with a ``cache()`` over chain op ``cache`` and a ``distribute`` over chain
-    op ``cut`` (``None``: none)."""
+    op ``cut`` (``None``: none). The ops below the lower of the two are the plan's own
+    nodes (their caches and parked workers serve both plans); with neither, the plan is
+    returned as it is."""
+    if cut is None and cache is None:
+        return plan
     distribute = _distribute_over(options) if cut is not None else None
-    node = None
-    for i, op in enumerate(main_chain(plan)):
-        node = op if node is None else dataclasses.replace(op, input=node)
+    chain = main_chain(plan)
+    lowest = min(i for i in (cut, cache) if i is not None)
+    node = chain[lowest]
+    for i in range(lowest, len(chain)):
+        if i > lowest:
+            node = dataclasses.replace(chain[i], input=node)
         if i == cache:
             node = _cache_over(node)
         if i == cut:

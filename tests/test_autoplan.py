@@ -145,3 +145,18 @@ def test_the_main_chain_is_the_ops_down_to_the_first_with_other_than_one_input()
     ds = jdata.zip((jdata.range(3), jdata.range(3))).map(lambda a, b: a + b).batch(2)
     chain = _autoplan.main_chain(ds._node)
     assert [n.op_name for n in chain] == ["zip", "map", "batch"]
+
+
+def test_a_plan_the_planner_leaves_as_it_is_keeps_its_nodes_and_their_cache():
+    calls = []
+
+    def counted(x):
+        calls.append(int(x))
+        return x * 2
+
+    ds = (jdata.range(50).map(counted).cache()
+          .with_options(jdata.Options(plan=jdata.AUTOTUNE)))
+    for _ in range(3):
+        assert [int(x) for x in ds] == list(range(0, 100, 2))
+    assert "cache: none" in ds.explain()
+    assert sorted(calls) == list(range(50))  # the first epoch's cache served the others
