@@ -262,9 +262,10 @@ def profile(plan: _plan.Node, ops, elements: int, options) -> list[cedar.OpCost]
     chain = main_chain(plan)
     labels = ops.names
     costs, counts = [], _counts(numbers, chain, elements)
+    staged = {id(n) for root in ops.by_index_roots() for n in _plan.walk(root)}
     for i, node in enumerate(chain):
         inside = _plan.walk(node) if i == 0 else [node]  # the first op: with its inputs
-        sec = sum(numbers.work.get(id(n), 0.0) for n in inside) / elements
+        sec = sum(_work(numbers, ops, n, staged) for n in inside) / elements
         per = max((t.bytes_per_element for t in numbers.inner.get(id(node), ())),
                   default=0.0)
         outputs = counts[i] / elements
@@ -278,6 +279,20 @@ def profile(plan: _plan.Node, ops, elements: int, options) -> list[cedar.OpCost]
         costs.append(cedar.OpCost(labels[id(node)], sec, per * outputs, outputs, cut,
                                   cacheable, epoch))
     return costs
+
+
+def _work(numbers: _Plan, ops, node: _plan.Node, staged: set[int]) -> float:
+    """``node``'s own seconds of work: its stage's where it has one or runs in a by-index
+    stage (``_opsummary``'s), else the CPU its calls took less its inputs' (the wall time of
+    an op above a stage is mostly waits for it: charged to whichever sampled op timed them,
+    they are no work)."""
+    stage = numbers.stage(node)
+    if id(node) in staged or (stage is not None and stage.kind != "prefetch"):
+        return numbers.work.get(id(node), 0.0)
+    own = sum(t.seconds(cpu=True) for t in ops.tallies(node))
+    inputs = sum(t.seconds(cpu=True) for c in node.inputs()
+                 for t in ops.tallies(c, callers=True))
+    return max(0.0, own - inputs)
 
 
 def _counts(numbers: _Plan, chain: list, elements: int) -> list[float]:

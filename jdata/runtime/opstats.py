@@ -34,15 +34,18 @@ class Tally:
 
     __slots__ = ("name", "countdown", "period", "calls_done", "failed", "block_calls",
                  "block_elements", "sec", "cpu", "timed", "bytes_per_element", "sampler",
-                 "always", "worker", "_seed")
+                 "always", "worker", "timed_cpu", "_seed")
 
     def __init__(self, name: str, always: bool = False, worker: bool = False):
         self.name = name
         # Every call timed: a stage's handoffs, whose times (waits) vary too much to sample
         # and cost microseconds already, and its workers' calls (OpRegistry.workers).
         self.always = always or worker
-        # CPU time too (a slow clock): read for ops on worker threads only (_opsummary).
+        # CPU time too (a slow clock): on the calls a sampled tally times (a waiting call's
+        # wall time is mostly the wait: Cedar's planner reads the CPU, jdata._autoplan) and
+        # on worker threads' (_opsummary); not per handoff of an always-timed stage.
         self.worker = worker
+        self.timed_cpu = worker or not always
         self.countdown = self.period = 1  # calls left in the period; the last one is timed
         self.calls_done = self.failed = self.block_calls = self.block_elements = 0
         self.sec = self.cpu = self.bytes_per_element = 0.0
@@ -69,14 +72,14 @@ class Tally:
         ``LIST`` (``next_many``) or ``BLOCK`` (``read_block``'s ``(elements, error)``).
         """
         tracing = trace.enabled()
-        cpu_start = time.thread_time() if self.worker else 0.0
+        cpu_start = time.thread_time() if self.timed_cpu else 0.0
         start = time.perf_counter()
         try:
             out = trace.sliced(self.name, fn, *args) if tracing else fn(*args)
         finally:
             self.sec += (time.perf_counter() - start) * self.period
-            if self.worker:
-                self.cpu += time.thread_time() - cpu_start
+            if self.timed_cpu:
+                self.cpu += (time.thread_time() - cpu_start) * self.period
             self.calls_done += self.period
             self.timed += 1
             self.countdown = self.period = 1 if tracing else self._next_period()

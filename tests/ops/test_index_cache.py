@@ -73,6 +73,8 @@ def _read_in_child(node, queue):
     queue.put((index_cache.filled(node), int(reader[5][0])))
 
 
+# A forked child, as the process engine's workers are; it reads the cache alone (no JAX).
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def test_another_process_reads_through_and_fills_nothing():
     node, _ = _cached()
     _reader(node)[2]
