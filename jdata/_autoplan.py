@@ -192,7 +192,8 @@ class Profiler:
 
     def __init__(self, plan: _plan.Node, fingerprint: str, options) -> None:
         self._plan, self._fingerprint, self._options = plan, fingerprint, options
-        self._done = threading.Event()
+        self._done = False
+        self._lock = threading.Lock()  # the timer thread and the iterator's end both decide
         self._ops = None
         self._timer = threading.Timer(PROFILE_SEC, self.decide)
         self._timer.daemon = True
@@ -202,12 +203,13 @@ class Profiler:
         self._timer.start()
 
     def decide(self, ended: bool = False) -> None:
-        if self._done.is_set() or self._ops is None:
-            return
-        root = sum(t.elements for t in self._ops.tallies(self._plan, callers=True))
-        if root < _MIN_ELEMENTS and not ended:
-            return
-        self._done.set()
+        with self._lock:
+            if self._done or self._ops is None:
+                return
+            root = sum(t.elements for t in self._ops.tallies(self._plan, callers=True))
+            if root < _MIN_ELEMENTS and not ended:
+                return
+            self._done = True
         self._timer.cancel()
         if root == 0:
             return
