@@ -61,7 +61,7 @@ class DatasetIterator:
         self._epoch = epoch
         heap.keep_freed_pages()
         ctx.pool_home = node
-        self._ops = ctx.ops = OpRegistry(node)  # the context's, typed
+        self._ops = ctx.ops = OpRegistry(node, cpu=profiler is not None)  # the context's
         persistent.opened(node)
         self._root = _planner.make_iterator(node, ctx, epoch)
         self._stream: Any = self._root  # what next() reads: _CLOSED once closed

@@ -20,8 +20,10 @@ class OpRegistry:
     It travels to worker processes as ``None`` (see ``jdata.runtime.opstats``).
     """
 
-    def __init__(self, plan: Node):
+    def __init__(self, plan: Node, cpu: bool = False):
         self.plan = plan
+        # Sampled calls time their CPU too (Cedar's planner profiles by it: jdata._autoplan).
+        self.cpu = cpu
         self.names = op_labels(plan)
         self.started = time.perf_counter()
         self._tallies: dict[int, list[Tally]] = {}
@@ -51,7 +53,7 @@ class OpRegistry:
         return self.names.get(id(node))
 
     def _tally(self, node: Node, table: dict, name: str, always: bool = False) -> Tally:
-        tally = Tally(name, always, self.worker)
+        tally = Tally(name, always, self.worker, cpu=self.cpu and not always)
         with self._lock:
             table.setdefault(id(node), []).append(tally)
         return tally

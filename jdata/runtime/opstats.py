@@ -36,16 +36,17 @@ class Tally:
                  "block_elements", "sec", "cpu", "timed", "bytes_per_element", "sampler",
                  "always", "worker", "timed_cpu", "_seed")
 
-    def __init__(self, name: str, always: bool = False, worker: bool = False):
+    def __init__(self, name: str, always: bool = False, worker: bool = False,
+                 cpu: bool = False):
         self.name = name
         # Every call timed: a stage's handoffs, whose times (waits) vary too much to sample
         # and cost microseconds already, and its workers' calls (OpRegistry.workers).
         self.always = always or worker
-        # CPU time too (a slow clock): on the calls a sampled tally times (a waiting call's
-        # wall time is mostly the wait: Cedar's planner reads the CPU, jdata._autoplan) and
-        # on worker threads' (_opsummary); not per handoff of an always-timed stage.
+        # CPU time too (a slow clock): on worker threads' calls (_opsummary), and with
+        # ``cpu`` on the calls a sampled tally times (a waiting call's wall time is mostly
+        # the wait: Cedar's planner profiles by the CPU, jdata._autoplan).
         self.worker = worker
-        self.timed_cpu = worker or not always
+        self.timed_cpu = worker or cpu
         self.countdown = self.period = 1  # calls left in the period; the last one is timed
         self.calls_done = self.failed = self.block_calls = self.block_elements = 0
         self.sec = self.cpu = self.bytes_per_element = 0.0
