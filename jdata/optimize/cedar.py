@@ -132,7 +132,8 @@ def decide(chain: list[OpCost], resources: Resources, pins: PlanPins = PlanPins(
     work = [0.0 if cache is not None and i <= cache else op.sec for i, op in enumerate(chain)]
     if cache is not None:
         work[cache] = _read_back(chain[cache])
-    if cache is not None:  # the service's workers would each cache only their own splits
+        # No cut at or above the cache: the service's workers would each cache only their
+        # own splits.
         chain = [op if i < cache else dataclasses.replace(op, cut=False)
                  for i, op in enumerate(chain)]
     cut, workers, rate, local, cut_reason = _offload(chain, work, resources, pins)
