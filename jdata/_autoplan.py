@@ -23,25 +23,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import threading
+import time
 import weakref
 from typing import Any, Callable
 
-from jdata import _plan
-from jdata._constants import INFINITE, UNKNOWN
-from jdata._opsummary import _Plan
+from jdata import _plan, _planprofile, _plantrial
+from jdata._planprofile import leaves, main_chain
 from jdata.ops import index_cache
 from jdata.ops.cache import CacheNode
 from jdata.ops.index_cache import IndexCacheNode
 from jdata.optimize import cedar
+from jdata.runtime import part_times
 
-# How long the first iterator profiles before the planner decides, and the fewest
-# elements a profile must hold (a shorter epoch decides at its end).
+# How long the first iterator profiles after its first element before the planner
+# decides, and the fewest elements a profile must hold (a shorter epoch decides at its
+# end).
 PROFILE_SEC = 2.0
-_MIN_ELEMENTS = 8
-# The share of the RAM budget a planned cache may take.
-_CACHE_SHARE = 0.5
+_MIN_ELEMENTS = _plantrial.MIN_ELEMENTS
 
 _lock = threading.Lock()
 _PLACEMENTS: dict[str, Placement] = {}  # by the optimized plan's fingerprint
@@ -52,7 +51,9 @@ _SCALE_ERRORS: dict[str, str] = {}  # by fingerprint: why svc.scale failed
 @dataclasses.dataclass(frozen=True)
 class Placement:
     """A decision applied to a plan: ``cut`` and ``cache`` index ``chain`` (source first,
-    by op names as ``explain()`` gives them); ``costs`` the profile it was made from."""
+    by op names as ``explain()`` gives them), ``cache_part`` a place inside a fused op;
+    ``costs`` the profile it was made from (a fused op's parts one by one where they were
+    timed)."""
 
     chain: tuple[str, ...]
     cut: int | None
@@ -61,6 +62,16 @@ class Placement:
     reasons: tuple[str, ...]
     costs: tuple[cedar.OpCost, ...]
     demand: float
+    # The cache inside fused op ``cache``: after this many of its UDFs (None: after it).
+    cache_part: int | None = None
+    # Where each of ``costs`` is: its op's index in ``chain``, and how many of a fused
+    # op's UDFs it ends (None: the op's end).
+    places: tuple[tuple[int, int | None], ...] = ()
+    # Elements/s the profiled iterator made after its first element (nan: unknown).
+    rate: float = math.nan
+    # A cache the planner chose, to be measured: the first epoch that reads it back must
+    # make _TRIAL_GAIN more than the profiled one, or the cache goes (``Trial``).
+    on_trial: bool = False
 
     def describe(self) -> list[str]:
         """What ``explain()`` prints of it."""
@@ -77,7 +88,8 @@ class Placement:
 def check_pins(plan: _plan.Node, options) -> None:
     """A ``ValueError`` now, not on the planner's thread, for pins no plan can keep."""
     pins = options.plan_pins()
-    names = _names(plan)
+    names = _names(plan) + tuple(_plan.part_label(op, fn) for node in main_chain(plan)
+                                 for op, fn in leaves(getattr(node, "fn", None)))
     for what in ("cut", "cache"):
         name = getattr(pins, what)
         if name not in (None, cedar.LOCAL if what == "cut" else cedar.NONE) and (
@@ -94,15 +106,6 @@ def remember(service: Any) -> None:
     _SERVICES[service.ref] = service
 
 
-def main_chain(plan: _plan.Node) -> list[_plan.Node]:
-    """The ops from the output down to the first with other than one input, source
-    first."""
-    chain = [plan]
-    while len(chain[-1].inputs()) == 1 and hasattr(chain[-1], "input"):
-        chain.append(chain[-1].input)
-    return chain[::-1]
-
-
 def decided(plan: _plan.Node, fingerprint: str) -> Placement | None:
     with _lock:
         placement = _PLACEMENTS.get(fingerprint)
@@ -111,14 +114,27 @@ def decided(plan: _plan.Node, fingerprint: str) -> Placement | None:
     return placement
 
 
-def apply(plan: _plan.Node, cut: int | None, cache: int | None, options) -> _plan.Node:
-    """``plan`` with a ``cache()`` over chain op ``cache`` and a ``distribute`` over chain
-    op ``cut`` (``None``: none). The ops below the lower of the two are the plan's own
-    nodes (their caches and parked workers serve both plans); with neither, the plan is
-    returned as it is."""
+def apply(plan: _plan.Node, cut: int | None, cache: int | None, options,
+          part: int | None = None, source: _plan.Node | None = None) -> _plan.Node:
+    """``plan`` with a ``cache()`` over chain op ``cache`` (with ``part``: inside that
+    fused op, after its first ``part`` UDFs) and a ``distribute`` over chain op ``cut``
+    (``None``: none). The ops below the lower of the two are the plan's own nodes (their
+    caches and parked workers serve both plans); with neither, the plan is returned as
+    it is. A cache inside a fused op goes into ``source`` (the pipeline as written) after
+    the UDF's own op, and that is optimized again (the cache splits the fusion)."""
     if cut is None and cache is None:
         return plan
     distribute = _distribute_over(options) if cut is not None else None
+    if cache is not None and part is not None:
+        placed = _cache_inside(plan, cache, part, options, source)
+        if cut is None:
+            return placed
+        # A cut is below the cache (cedar.decide), where the plans are alike: checked.
+        old, new = main_chain(plan), main_chain(placed)
+        if cut >= cache or _plan.op_label(old[cut]) != _plan.op_label(new[cut]):
+            raise ValueError(f"the plan with a cache inside {_plan.op_label(old[cache])} "
+                             f"has no op {_plan.op_label(old[cut])} to cut after")
+        plan, cache = placed, None
     chain = main_chain(plan)
     lowest = min(i for i in (cut, cache) if i is not None)
     node = chain[lowest]
@@ -130,6 +146,31 @@ def apply(plan: _plan.Node, cut: int | None, cache: int | None, options) -> _pla
         if i == cut:
             node = distribute(node)
     return node
+
+
+def _cache_inside(plan: _plan.Node, op: int, part: int, options,
+                  source: _plan.Node | None) -> _plan.Node:
+    """The pipeline as written (``source``) with a cache after the op of the ``part``-th
+    UDF of fused chain op ``op``, optimized."""
+    from jdata import optimize
+
+    udfs = leaves(getattr(main_chain(plan)[op], "fn", None))
+    if source is None or not 0 < part < len(udfs):
+        raise ValueError(f"no place {part} inside {_plan.op_label(main_chain(plan)[op])}")
+    fn = udfs[part - 1][1]
+    written = main_chain(source)
+    at = next((i for i, node in enumerate(written) if getattr(node, "fn", None) is fn), None)
+    if at is None:
+        raise ValueError(f"{_plan.part_label(*udfs[part - 1])} is no op of the pipeline as "
+                         "written (an optimization rewrote it)")
+    node = _cache_over(written[at])
+    for above in written[at + 1:]:
+        node = dataclasses.replace(above, input=node)
+    placed = optimize.optimize(node, options).plan
+    for cache in _plan.walk(placed):  # the rules rebuild it over the ops they fuse below
+        if isinstance(cache, IndexCacheNode):
+            index_cache.keep(cache)
+    return placed
 
 
 def _cache_over(node: _plan.Node) -> _plan.Node:
@@ -169,16 +210,21 @@ def state_signature(state: Any) -> str | None:
     return signature if isinstance(signature, str) else None
 
 
-def matching(plan: _plan.Node, signature: str, options) -> _plan.Node | None:
-    """The placed plan whose structure is ``signature`` (a state's), or None."""
+def matching(plan: _plan.Node, signature: str, options,
+             source: _plan.Node | None = None) -> _plan.Node | None:
+    """The placed plan whose structure is ``signature`` (a state's), or None; ``source``:
+    the pipeline as written (for caches inside fused ops)."""
     chain = main_chain(plan)
     cuts = [None] + (list(range(len(chain))) if options.service is not None else [])
-    for cache in [None] + list(range(len(chain))):
+    caches = [(None, None)] + [(i, None) for i in range(len(chain))] + [
+        (i, part) for i, node in enumerate(chain)
+        for part in range(1, len(leaves(getattr(node, "fn", None))))]
+    for cache, part in caches:
         for cut in cuts:
             if "distribute" not in signature and cut is not None:
                 continue
             try:
-                placed = apply(plan, cut, cache, options)
+                placed = apply(plan, cut, cache, options, part, source)
             except ValueError:  # not splittable there
                 continue
             if _plan.structure_signature(placed) == signature:
@@ -188,34 +234,72 @@ def matching(plan: _plan.Node, signature: str, options) -> _plan.Node | None:
 
 class Profiler:
     """Decides for ``fingerprint`` from an iterator's statistics, once: ``PROFILE_SEC``
-    after it starts (on a timer thread) or at its end, whichever comes first."""
+    after its first element (on a thread of its own) or at its end, whichever comes
+    first. What the first element took is the start's (first calls, imports, pools
+    started): the profile leaves it out where enough came after it (``_baseline``)."""
 
-    def __init__(self, plan: _plan.Node, fingerprint: str, options) -> None:
+    def __init__(self, plan: _plan.Node, fingerprint: str, options,
+                 source: _plan.Node | None = None) -> None:
         self._plan, self._fingerprint, self._options = plan, fingerprint, options
+        self._source = source  # the pipeline as written: caches inside fused ops
         self._done = False
-        self._lock = threading.Lock()  # the timer thread and the iterator's end both decide
+        self._lock = threading.Lock()  # the profile's thread and the iterator's end decide
         self._ops = None
-        self._timer = threading.Timer(PROFILE_SEC, self.decide)
-        self._timer.daemon = True
+        self._parts: part_times.profiling | None = None  # fused UDFs time their parts
+        self._baseline: list[tuple[float, float]] | None = None  # each op's work, outputs
+        self._first: tuple[float, int] | None = None  # when the start ended, elements then
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jdata-plan-profile",
+                                        daemon=True)
 
     def start(self, ops) -> None:
-        self._ops = ops
-        self._timer.start()
+        self._ops, self._started = ops, time.monotonic()
+        self._parts = part_times.profiling()
+        self._parts.start()
+        self._thread.start()
+
+    def _elements(self) -> int:
+        return sum(t.elements for t in self._ops.tallies(self._plan, callers=True))
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + PROFILE_SEC
+        while not self._stop.wait(_plantrial.POLL_SEC):
+            elements = self._elements()
+            if elements > 0:  # the start is over: the profile counts from here
+                baseline = [(op.sec * elements, op.outputs * elements) for op in
+                            _planprofile.op_costs(self._plan, self._ops, elements, self._options)]
+                with self._lock:
+                    self._baseline, self._first = baseline, (time.monotonic(), elements)
+                break
+            if time.monotonic() >= deadline:  # no element yet: the profile counts it all
+                self.decide()
+                return
+        if not self._stop.wait(PROFILE_SEC):
+            self.decide()
+
+    def _stop_parts(self) -> None:
+        with self._lock:
+            parts, self._parts = self._parts, None
+        if parts is not None:
+            parts.stop()
 
     def decide(self, ended: bool = False) -> None:
         with self._lock:
             if self._done or self._ops is None:
                 return
-            root = sum(t.elements for t in self._ops.tallies(self._plan, callers=True))
+            root = self._elements()
             if root < _MIN_ELEMENTS and not ended:
                 return
             self._done = True
-        self._timer.cancel()
+            baseline, first = self._baseline, self._first
+        self._stop.set()
+        self._stop_parts()
         if root == 0:
             return
         try:
-            placement = plan_from(self._plan, self._ops, self._options, root)
-        except Exception as e:  # noqa: BLE001 - on a timer thread: said in explain()
+            placement = plan_from(self._plan, self._ops, self._options, root, self._source,
+                                  baseline, _plantrial.rate_since(self._started, first, root))
+        except Exception as e:  # noqa: BLE001 - on the profile's thread: said in explain()
             placement = Placement(_names(self._plan), None, None, 0, (
                 f"the planner failed, so the plan runs as written: {type(e).__name__}: "
                 f"{e}",), (), math.inf)
@@ -228,7 +312,22 @@ class Profiler:
                              name="jdata-plan-scale", daemon=True).start()
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        self._stop.set()
+        self._stop_parts()
+
+
+def trial(plan: _plan.Node, fingerprint: str, placement: Placement,
+          placed: _plan.Node) -> _plantrial.Trial | None:
+    """The measurement of the planner's cache in ``placed``, if this iterator is the one
+    that judges it: the first to start with the cache filled."""
+    if not placement.on_trial or not _plantrial.caches_filled(placed):
+        return None
+
+    def settle(tried: Placement, judged: Placement) -> None:
+        with _lock:
+            if _PLACEMENTS.get(fingerprint) is tried:
+                _PLACEMENTS[fingerprint] = judged
+    return _plantrial.Trial(placement, settle)
 
 
 def _scale(service: Any, workers: int, fingerprint: str) -> None:
@@ -245,91 +344,37 @@ def scale_error(fingerprint: str) -> str | None:
         return _SCALE_ERRORS.get(fingerprint)
 
 
-def plan_from(plan: _plan.Node, ops, options, elements: int) -> Placement:
+def plan_from(plan: _plan.Node, ops, options, elements: int,
+              source: _plan.Node | None = None,
+              baseline: list[tuple[float, float]] | None = None,
+              rate: float = math.nan) -> Placement:
     """The decision for ``plan`` from the statistics ``ops`` of an iterator that gave
-    ``elements``."""
-    costs = profile(plan, ops, elements, options)
-    resources = _resources(ops, options, elements)
-    decision = cedar.decide(costs, resources, options.plan_pins())
-    return Placement(tuple(c.name for c in costs), decision.cut, decision.cache,
-                     decision.workers, decision.reasons, tuple(costs), resources.demand)
-
-
-def profile(plan: _plan.Node, ops, elements: int, options) -> list[cedar.OpCost]:
-    """Each op of the main chain, source first, as ``cedar.OpCost`` per element the
-    consumer received (``elements``)."""
-    from jdata.service import _split_point
-
-    numbers = _Plan(ops)
-    chain = main_chain(plan)
-    labels = ops.names
-    costs, counts = [], _counts(numbers, chain, elements)
-    staged = {id(n) for root in ops.by_index_roots() for n in _plan.walk(root)}
-    for i, node in enumerate(chain):
-        inside = _plan.walk(node) if i == 0 else [node]  # the first op: with its inputs
-        sec = sum(_work(numbers, ops, n, staged) for n in inside) / elements
-        per = max((t.bytes_per_element for t in numbers.inner.get(id(node), ())),
-                  default=0.0)
-        outputs = counts[i] / elements
-        try:
-            cut = options.service is not None and _split_point.find(node).kind == "range"
-        except ValueError:
-            cut = False
-        cardinality = node.cardinality()
-        cacheable = cardinality != INFINITE and not any(n.random for n in _plan.walk(node))
-        epoch = None if cardinality in (INFINITE, UNKNOWN) else cardinality * per
-        costs.append(cedar.OpCost(labels[id(node)], sec, per * outputs, outputs, cut,
-                                  cacheable, epoch))
-    return costs
-
-
-def _work(numbers: _Plan, ops, node: _plan.Node, staged: set[int]) -> float:
-    """``node``'s own seconds of work: its stage's where it has one or runs in a by-index
-    stage (``_opsummary``'s), else the CPU its calls took less its inputs' (the wall time of
-    an op above a stage is mostly waits for it: charged to whichever sampled op timed them,
-    they are no work)."""
-    stage = numbers.stage(node)
-    if id(node) in staged or (stage is not None and stage.kind != "prefetch"):
-        return numbers.work.get(id(node), 0.0)
-    own = sum(t.seconds(cpu=True) for t in ops.tallies(node))
-    inputs = sum(t.seconds(cpu=True) for c in node.inputs()
-                 for t in ops.tallies(c, callers=True))
-    return max(0.0, own - inputs)
-
-
-def _counts(numbers: _Plan, chain: list, elements: int) -> list[float]:
-    """Each chain op's outputs; an op whose count was not measured (inside worker
-    processes) takes its parent's, as the maps there keep counts."""
-    counts: list[float | None] = [numbers.elements(n) for n in chain]
-    counts[-1] = counts[-1] or elements
-    for i in range(len(counts) - 2, -1, -1):
-        counts[i] = counts[i] or counts[i + 1]
-    return [float(c) for c in counts]
-
-
-def _resources(ops, options, elements: int) -> cedar.Resources:
-    samples = ops.throughput()
-    first, last = samples[0], samples[-1]
-    own = (last["time"] - first["time"]) - (last["busy_sec"] - first["busy_sec"])
-    count = last["elements"] - first["elements"]
-    # The consumer's own seconds per element, outside next(): its demand is their inverse.
-    demand = count / own if count > 0 and own > 1e-3 * count * 1e-3 else math.inf
-    cores = options.cpu_budget or len(os.sched_getaffinity(0))
+    ``elements``; ``source``: the pipeline as written (for caches inside fused ops);
+    ``baseline``: each op's work and outputs at the start's end (left out);
+    ``rate``: the elements/s the iterator made since."""
+    costs, where = _planprofile.profile(plan, ops, elements, options, baseline)
     service = _SERVICES.get(options.service) if options.service is not None else None
-    most = 0
-    if service is not None:
-        status = service.status()
-        most = status.autoscaler.max_workers if status.autoscaler else len(status.workers)
-    ram = options.ram_budget or _available_memory() / 2
-    return cedar.Resources(local_cores=float(cores), demand=demand, max_workers=most,
-                           cache_bytes=_CACHE_SHARE * ram)
-
-
-def _available_memory() -> float:
-    try:
-        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError):
-        return 0.0
+    resources = _planprofile.resources(ops, options, elements, service)
+    pins = options.plan_pins()
+    names = _names(plan)
+    while True:
+        decision = cedar.decide(costs, resources, pins)
+        cut = None if decision.cut is None else where[decision.cut][0]
+        cache, part = (None, None) if decision.cache is None else where[decision.cache]
+        on_trial = (cache is not None and cut is None and pins.cache is None
+                    and math.isfinite(rate))
+        placement = Placement(names, cut, cache, decision.workers, decision.reasons,
+                              tuple(costs), resources.demand, part, tuple(where), rate,
+                              on_trial)
+        if part is None:
+            return placement
+        try:  # a cache inside a fused op goes where its UDF was written: it may not
+            apply(plan, cut, cache, options, part, source)
+            return placement
+        except ValueError:
+            if pins.cache is not None:
+                raise
+            costs[decision.cache] = dataclasses.replace(costs[decision.cache], cache=False)
 
 
 def _names(plan: _plan.Node) -> tuple[str, ...]:
@@ -337,5 +382,4 @@ def _names(plan: _plan.Node) -> tuple[str, ...]:
     return tuple(labels[id(n)] for n in main_chain(plan))
 
 
-def _rate(rate: float) -> str:
-    return "unbounded" if math.isinf(rate) else f"{rate:,.0f} elements/s"
+_rate = _plantrial.rate_text

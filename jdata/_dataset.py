@@ -156,8 +156,8 @@ class Dataset:
 
         if state is not None:
             signature = _autoplan.state_signature(state)
-            placed = None if signature is None else _autoplan.matching(plan, signature,
-                                                                        options)
+            placed = None if signature is None else _autoplan.matching(
+                plan, signature, options, self._node)
             return (plan if placed is None else self._placed.setdefault(
                 _plan.structure_signature(placed), placed)), None
         _autoplan.check_pins(plan, options)
@@ -165,9 +165,14 @@ class Dataset:
             self._plan_fingerprint = _fingerprint.fingerprint(plan)
         placement = _autoplan.decided(plan, self._plan_fingerprint)
         if placement is None:
-            return plan, _autoplan.Profiler(plan, self._plan_fingerprint, options)
-        placed = _autoplan.apply(plan, placement.cut, placement.cache, options)
-        return self._placed.setdefault(_plan.structure_signature(placed), placed), None
+            return plan, _autoplan.Profiler(plan, self._plan_fingerprint, options, self._node)
+        placed = _autoplan.apply(plan, placement.cut, placement.cache, options,
+                                 placement.cache_part, self._node)
+        signature = _plan.structure_signature(placed)
+        placed = self._placed.setdefault(signature, placed)
+        # A plan the planner left (a cache it tried) goes, and what it held with it.
+        self._placed = {signature: placed}
+        return placed, _autoplan.trial(plan, self._plan_fingerprint, placement, placed)
 
     def __iter__(self) -> DatasetIterator:
         return self.iterator()
@@ -287,7 +292,8 @@ class Dataset:
         if placement is None:
             return ["Cedar's plan: not decided yet (the first iterator profiles the plan "
                     f"above for {_autoplan.PROFILE_SEC:g} s, or to its end)"]
-        placed = _autoplan.apply(plan, placement.cut, placement.cache, self.options)
+        placed = _autoplan.apply(plan, placement.cut, placement.cache, self.options,
+                                 placement.cache_part, self._node)
         failed = _autoplan.scale_error(self._plan_fingerprint)
         scaled = [] if failed is None else [f"  setting the service's workers failed: {failed}"]
         return (placement.describe() + scaled + ["Planned (from the next iterator on):"]

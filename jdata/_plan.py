@@ -226,19 +226,19 @@ def op_label(node: Node) -> str:
     """What ``explain()``, ``stats()``, plots and traces call an op: its name and UDFs,
     e.g. ``map(decode)``; a fused op names its parts, e.g. ``map(decode)+map(crop)``."""
     if node.op_parts():
-        return "+".join(_part_label(op, fn) for op, fn in node.op_parts())
+        return "+".join(part_label(op, fn) for op, fn in node.op_parts())
     udfs = [v for v in node.params().values() if callable(v) and not isinstance(v, type)]
     if len(udfs) == 1 and getattr(udfs[0], "op_parts", None):
-        return "+".join(_part_label(op, fn) for op, fn in udfs[0].op_parts)
+        return "+".join(part_label(op, fn) for op, fn in udfs[0].op_parts)
     return f"{node.op_name}({', '.join(map(udf_label, udfs))})" if udfs else node.op_name
 
 
-def _part_label(op: str, fn) -> str:
+def part_label(op: str, fn) -> str:
     if fn is None:
         return op
     parts = getattr(fn, "op_parts", None)
     if parts:  # fused again: its parts in order
-        return "+".join(_part_label(o, f) for o, f in parts)
+        return "+".join(part_label(o, f) for o, f in parts)
     return f"{op}({udf_label(fn)})"
 
 

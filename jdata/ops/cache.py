@@ -37,6 +37,11 @@ class CacheNode(Unchanged):
     keeps_count: ClassVar[bool] = True
 
 
+def filled(node: CacheNode) -> bool:
+    """Whether a complete pass filled ``node``'s cache in this process."""
+    return _STORES.get(node) is not None
+
+
 class _CacheIterator(Iterator):
     """Reads the cache if it is filled, else reads the input and fills it.
 

@@ -46,7 +46,7 @@ HEADROOM = 1.1
 _REMOTE_GAIN = 1.1
 # A cache must save this share of an element's work, and this many seconds of it, to be
 # worth its memory (less is within the profile's noise).
-_CACHE_MIN_SAVING = 0.2
+_CACHE_MIN_SAVING = 0.1
 _CACHE_MIN_SEC = 20e-6
 # Cache places whose savings differ by less than this share save alike.
 _CACHE_TIE = 0.02
@@ -75,7 +75,8 @@ class OpCost:
     ``cache``: a cache may keep its output (no random op at or below it, and the
     plan stays valid with one there).
     ``epoch_bytes``: one epoch of its output (``None``: unknown or infinite; no
-    cache there).
+    cache there). ``aliases``: other names pins may give it (a fused op's last part
+    is both the op and that part).
     """
 
     name: str
@@ -85,6 +86,7 @@ class OpCost:
     cut: bool = False
     cache: bool = False
     epoch_bytes: float | None = None
+    aliases: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +149,7 @@ def _read_back(op: OpCost) -> float:
 
 def _find(chain: list[OpCost], name: str, what: str) -> int:
     for i, op in enumerate(chain):
-        if op.name == name:
+        if op.name == name or name in op.aliases:
             return i
     raise ValueError(f"PlanPins({what}={name!r}): no op of the plan is named so; the ops: "
                      f"{', '.join(op.name for op in chain)}")
@@ -165,7 +167,7 @@ def _cache(chain: list[OpCost], resources: Resources, pins: PlanPins) -> tuple[i
                              "first random op, where the ops above read in order)")
         return at, f"cache: after {chain[at].name} (pinned)"
     total = sum(op.sec for op in chain)
-    best, best_saving, why_not = None, 0.0, "no place below the first random op"
+    best, best_saving, most, why_not = None, 0.0, 0.0, "no place below the first random op"
     below = 0.0
     for i, op in enumerate(chain):
         below += op.sec
@@ -179,10 +181,12 @@ def _cache(chain: list[OpCost], resources: Resources, pins: PlanPins) -> tuple[i
                        f"budget ({_mb(resources.cache_bytes)})")
             continue
         saving = below - _read_back(op)
-        # Higher only by more than _CACHE_TIE: of places that save alike, the lowest
-        # (a prefetch or options above it keeps overlapping the reads).
-        if saving > best_saving * (1 + _CACHE_TIE):
-            best, best_saving = i, saving
+        # Of places that save alike (within _CACHE_TIE of the most), the highest: the ops
+        # above a cache run every epoch, and some cost more than their measured work
+        # (a prefetch's hand-off between threads, a stack of large elements).
+        if saving > 0 and saving >= most * (1 - _CACHE_TIE):
+            best, most = i, max(most, saving)
+            best_saving = saving
         elif best is None:
             why_not = f"reading {op.name}'s output back costs more than computing it"
     if best is None or total <= 0 or best_saving < max(_CACHE_MIN_SAVING * total,

@@ -95,11 +95,26 @@ def test_a_cache_is_below_every_random_op_fits_and_saves_work(chain, res):
     saved = sum(o.sec for o in chain[:d.cache + 1]) - cedar._read_back(op)
     assert saved >= cedar._CACHE_MIN_SAVING * sum(o.sec for o in chain) and (
         saved >= cedar._CACHE_MIN_SEC)
-    for i, other in enumerate(chain):  # no other place saves more
+    most = 0.0
+    for i, other in enumerate(chain):  # no other place saves more, nor alike higher up
         if other.cache and other.epoch_bytes is not None and (
                 other.epoch_bytes <= res.cache_bytes):
-            assert sum(o.sec for o in chain[:i + 1]) - cedar._read_back(other) <= saved * (
-                1 + cedar._CACHE_TIE) + 1e-15
+            theirs = sum(o.sec for o in chain[:i + 1]) - cedar._read_back(other)
+            most = max(most, theirs)
+            assert theirs <= saved / (1 - cedar._CACHE_TIE) + 1e-15
+            assert i <= d.cache or theirs < most * (1 - cedar._CACHE_TIE) + 1e-15 or (
+                theirs <= 0.0), (i, theirs, saved)
+
+
+def test_of_places_that_save_alike_the_cache_goes_highest():
+    # A deterministic pipeline: after the batch saves what after the map does, and the
+    # batch's stacking runs no more.
+    chain = [_op("read", 1e-5, 100, cache=True, epoch_bytes=1e4),
+             _op("embed", 1e-3, 6e4, cache=True, epoch_bytes=6e6),
+             _op("batch", 1e-5, 6e4, cache=True, epoch_bytes=6e6),
+             _op("prefetch", 0.0, 6e4, cache=True, epoch_bytes=6e6)]
+    d = cedar.decide(chain, Resources(local_cores=2, cache_bytes=1e9))
+    assert chain[d.cache].name == "prefetch", d.reasons
 
 
 def test_local_capacity_that_meets_the_demand_uses_no_service():

@@ -1,0 +1,204 @@
+"""Cedar's cache table: where the planner caches, against every other place, per workload.
+
+For each workload (SimCLR, SSD, Cedar's NLP and ASR), jdata's pipeline runs in fresh
+processes over short epochs (a fresh iterator each, ``benchmarks/epochs.py``):
+
+- ``planned``: ``Options(plan=jdata.AUTOTUNE)``: the first epoch is profiled, the
+  second runs the plan (its cache, if any, fills), the later ones read it;
+- one run per place a cache may go (``PlanPins(cache=op)``: each op, or a part of a
+  fused op, below the first random one: the places the planner chose among, named by
+  the planned run's profile) and ``none`` (``PlanPins(cache="none")``).
+
+Each run gives the median time of its epochs from the third on (the cache read back);
+the table gives items/s per place, which one the planner chose, and the chosen place's
+throughput against the best: Cedar's "finds the best location" (the target is the best
+or within 5%), and "knows when not to cache" (a place whose output inflates and does
+not fit half the RAM is not chosen; an in-memory cache that fits costs little to read).
+
+    python -m benchmarks.cedar.cache --epochs 6
+    python -m benchmarks.cedar.cache cedar.asr --quick   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+WORKLOADS = ("simclr", "ssd", "cedar.nlp", "cedar.asr")
+# Data per epoch: enough for seconds of work an epoch on 2 cores.
+SCALE = {"simclr": 0.25, "ssd": 0.25, "cedar.nlp": 0.5, "cedar.asr": 0.5}
+PLANNED, NONE = "planned", "none"
+_CHILD_TIMEOUT_SEC = 600
+_TIE = 0.05  # the target: the chosen place within 5% of the best
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One place's epochs in one fresh process; a planned run also says what the planner
+    chose (``chosen``: an op's name or ``none``) and the places it chose among."""
+
+    epoch_sec: list[float]
+    items: int
+    chosen: str | None = None
+    places: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def items_per_sec(self) -> float:
+        later = self.epoch_sec[2:] or self.epoch_sec[-1:]
+        return self.items / statistics.median(later)
+
+
+def _pipeline(module, data, place: str):
+    import jdata
+
+    plan = jdata.AUTOTUNE if place == PLANNED else jdata.PlanPins(cache=place)
+    return module.jdata_pipeline(data).with_options(jdata.Options(plan=plan))
+
+
+def _decision(ds) -> tuple[str, list[str]]:
+    """What the planner chose for ``ds`` and the places it could cache."""
+    from jdata import _autoplan
+
+    plan = ds._optimize().plan
+    placement = _autoplan.decided(plan, ds._plan_fingerprint)
+    if placement is None:
+        raise RuntimeError("the planner decided nothing in the first epoch")
+    places = [c.name for c in placement.costs if c.cache]
+    chosen = NONE if placement.cache is None else next(
+        c.name for c, place in zip(placement.costs, placement.places)
+        if place == (placement.cache, placement.cache_part))
+    return chosen, places
+
+
+def measure(workload: str, place: str, data, epochs: int) -> Run:
+    module = importlib.import_module(f"benchmarks.{workload}")
+    import jax  # noqa: F401 - imported before the clock, as a training job has
+
+    count = getattr(module, "items_in", len)
+    ds = _pipeline(module, data, place)
+    times, items = [], []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        items.append(sum(count(batch) for batch in ds))
+        times.append(time.perf_counter() - start)
+    if len(set(items)) != 1:
+        raise RuntimeError(f"{workload} {place}: the epochs gave {items} items")
+    chosen, places = _decision(ds) if place == PLANNED else (None, [])
+    return Run(times, items[0], chosen, places)
+
+
+def _child(args) -> None:
+    with open(args.data, "rb") as f:
+        data = pickle.load(f)
+    run = measure(args.workload, args.place, data, args.epochs)
+    print(json.dumps(dataclasses.asdict(run)), flush=True)
+
+
+def _in_fresh_process(workload: str, place: str, data_path: str, epochs: int) -> Run | str:
+    command = [sys.executable, "-m", "benchmarks.cedar.cache", "--child", workload, place,
+               data_path, "--epochs", str(epochs)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True,
+                              timeout=_CHILD_TIMEOUT_SEC)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {_CHILD_TIMEOUT_SEC} s"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return f"failed (exit {done.returncode}): {tail[0]}"
+    return Run(**json.loads(lines[-1]))
+
+
+@dataclasses.dataclass
+class Table:
+    """One workload's runs by place; ``errors``: why a place has none."""
+
+    workload: str
+    runs: dict[str, Run]
+    errors: dict[str, str]
+
+    @property
+    def chosen(self) -> str | None:
+        planned = self.runs.get(PLANNED)
+        return None if planned is None else planned.chosen
+
+    def best(self) -> tuple[str, float]:
+        pinned = {p: r.items_per_sec for p, r in self.runs.items() if p != PLANNED}
+        place = max(pinned, key=pinned.get)
+        return place, pinned[place]
+
+    def lines(self) -> list[str]:
+        out = [f"{self.workload}: cache places (items/s, epochs 3 on, median)"]
+        for place, run in self.runs.items():
+            mark = " <- planner" if place == self.chosen else ""
+            out.append(f"  {place:<48} {run.items_per_sec:>10,.1f}{mark}")
+        for place, why in self.errors.items():
+            out.append(f"  {place:<48} {why}")
+        if self.chosen is not None and len(self.runs) > 1:
+            best, rate = self.best()
+            planned = self.runs[PLANNED].items_per_sec
+            chosen = self.runs.get(self.chosen)
+            pinned = "" if chosen is None else (
+                f"; the chosen place pinned: {chosen.items_per_sec / rate:.2f}x the best")
+            out.append(f"  chose {self.chosen}; best {best}; planned {planned / rate:.2f}x "
+                       f"the best{pinned} (target >= {1 - _TIE:.2f}x)")
+        return out
+
+
+def run(workload: str, epochs: int, scale: float) -> Table:
+    module = importlib.import_module(f"benchmarks.{workload}")
+    data = module.prepare(scale)
+    runs, errors = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "data.pkl")
+        with open(path, "wb") as f:
+            pickle.dump(data, f)
+        planned = _in_fresh_process(workload, PLANNED, path, epochs)
+        if isinstance(planned, str):
+            return Table(workload, {}, {PLANNED: planned})
+        runs[PLANNED] = planned
+        for place in [NONE] + planned.places:
+            got = _in_fresh_process(workload, place, path, epochs)
+            if isinstance(got, str):
+                errors[place] = got
+            else:
+                runs[place] = got
+    return Table(workload, runs, errors)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--scale", type=float, default=None,
+                        help="data scale (default: SCALE's, per workload)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small, 3 epochs")
+    parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "PLACE", "DATA"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        args.workload, args.place, args.data = args.child
+        _child(args)
+        return
+    if args.epochs < 3:
+        parser.error("--epochs must be >= 3: the planned run caches from its second epoch")
+    epochs = 3 if args.quick else args.epochs
+    for workload in args.workloads:
+        if workload not in WORKLOADS:
+            parser.error(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")
+        scale = args.scale if args.scale is not None else SCALE[workload]
+        table = run(workload, epochs, 0.1 * scale if args.quick else scale)
+        print("\n".join(table.lines()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
