@@ -33,7 +33,8 @@ from benchmarks._chain import Chain
 BATCH = 64
 SIZE = 224
 BLUR = SIZE // 10  # SimCLR's kernel_size argument: radius 11, 23 taps
-IMPORTS = {"torch": ("torch.utils.data", "torchvision.transforms.v2")}
+IMPORTS = {"torch": ("torch.utils.data", "torchvision.transforms.v2"),
+           "ray": ("ray", "ray.data", "torchvision.transforms.v2")}
 
 
 def prepare(scale: float):
@@ -192,5 +193,21 @@ def grain_pipeline(images, repeat=False):
             .mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
 
 
+def _ray_views(images):
+    import torch
+
+    torch.set_num_threads(1)  # one image per actor at a time, as in the DataLoader's workers
+    views = TorchViews()
+    return lambda i: views(images[i]).numpy()
+
+
+def ray_pipeline(images, repeat=False):
+    """Ray Data: ``map_batches`` of 2 actors holding the JPEGs, each view torchvision's
+    (``benchmarks/cedar/_ray.py``)."""
+    from benchmarks.cedar import _ray
+
+    return _ray.stream(_ray_views, (images,), len(images), BATCH, repeat)
+
+
 SYSTEMS = {"jdata": jdata_pipeline, "tf.data": tfdata_pipeline, "torch": torch_pipeline,
-           "grain": grain_pipeline}
+           "grain": grain_pipeline, "ray data": ray_pipeline}

@@ -38,7 +38,8 @@ BOXES = 8
 CROP = {"area_range": (0.1, 1.0), "aspect_ratio_range": (0.5, 2.0), "min_object_covered": 0.3,
         "max_attempts": 100}
 DISTORT = {"brightness": 32 / 255, "contrast": 0.5, "saturation": 0.5, "hue": 0.05}
-IMPORTS = {"torch": ("torch.utils.data", "torchvision.transforms.v2")}
+IMPORTS = {"torch": ("torch.utils.data", "torchvision.transforms.v2"),
+           "ray": ("ray", "ray.data", "torchvision.transforms.v2")}
 
 
 def boxes_of(index: int) -> np.ndarray:
@@ -217,5 +218,25 @@ def grain_pipeline(data, repeat=False):
             .mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
 
 
+def _ray_augment(data):
+    import torch
+
+    torch.set_num_threads(1)  # one image per actor at a time, as in the DataLoader's workers
+    augment = TorchAugment()
+
+    def item(i):
+        image, boxes = augment(*data[i])
+        return image.numpy(), boxes.numpy()
+    return item
+
+
+def ray_pipeline(data, repeat=False):
+    """Ray Data: ``map_batches`` of 2 actors holding the JPEGs and boxes, each augmented
+    by torchvision (``benchmarks/cedar/_ray.py``)."""
+    from benchmarks.cedar import _ray
+
+    return _ray.stream(_ray_augment, (data,), len(data), BATCH, repeat)
+
+
 SYSTEMS = {"jdata": jdata_pipeline, "tf.data": tfdata_pipeline, "torch": torch_pipeline,
-           "grain": grain_pipeline}
+           "grain": grain_pipeline, "ray data": ray_pipeline}

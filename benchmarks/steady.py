@@ -84,9 +84,14 @@ class Sample:
 
 
 def _make(module, system: str):
-    """``system``'s pipeline maker: a peer, the plain loop or a hand-picked jdata config."""
+    """``system``'s pipeline maker: a peer, the plain loop, a hand-picked jdata config or
+    a level of ``benchmarks/cedar/ablation.py``."""
     if system == PLAIN:
         return module.plain_loop
+    from benchmarks.cedar import ablation
+
+    if system.startswith(ablation.PREFIX):  # a level of Cedar's ablation
+        return ablation.maker(module, system)
     if system in module.SYSTEMS:
         return module.SYSTEMS[system]
     config = _hand_picked(module)[system]

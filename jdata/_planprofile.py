@@ -52,13 +52,12 @@ def profile(plan: _plan.Node, ops, elements: int, options,
     work and outputs when the start ended), each op's work is what it did since, where
     enough came since (``_since``)."""
     chain = main_chain(plan)
-    wholes = op_costs(plan, ops, elements, options)
+    wholes, sizes = _measured(plan, ops, elements, options)
     if baseline is not None and len(baseline) == len(wholes):
         wholes = [_since(op, elements, *then) for op, then in zip(wholes, baseline)]
     costs, where = [], []
-    for i, (node, whole) in enumerate(zip(chain, wholes)):
+    for i, (node, whole, count) in enumerate(zip(chain, wholes, sizes)):
         cardinality = node.cardinality()
-        finite = cardinality not in (INFINITE, UNKNOWN)
         random_below = any(n.random for n in _plan.walk(node) if n is not node)
         sec, outputs = whole.sec, whole.outputs
         units = _timed_parts(getattr(node, "fn", None), options.plan_pins().cache)
@@ -79,7 +78,7 @@ def profile(plan: _plan.Node, ops, elements: int, options,
             costs.append(cedar.OpCost(
                 label, sec * share, (size or 0.0) * outputs, outputs, False,
                 cardinality != INFINITE and not random,
-                cardinality * size if finite and size is not None else None))
+                count * size if count is not None and size is not None else None))
             where.append((i, end))
     return costs, where
 
@@ -99,12 +98,22 @@ def _since(op: cedar.OpCost, elements: int, work: float, outputs: float) -> ceda
 def op_costs(plan: _plan.Node, ops, elements: int, options) -> list[cedar.OpCost]:
     """Each op of the main chain as a whole, source first, per element the consumer
     received (``elements``)."""
+    return _measured(plan, ops, elements, options)[0]
+
+
+def _measured(plan: _plan.Node, ops, elements: int,
+              options) -> tuple[list[cedar.OpCost], list[float | None]]:
+    """``op_costs``, and each op's elements in an epoch (``None``: infinite or not known):
+    its cardinality, or where that is unknown (an ``unbatch``, a ``filter``), the nearest
+    known one below it times the ratio of the elements the two made."""
     from jdata.service import _split_point
 
     numbers = _Plan(ops)
     chain = main_chain(plan)
     labels = ops.names
     costs, counts = [], _counts(numbers, chain, elements)
+    sizes: list[float | None] = []
+    known: tuple[float, float] | None = None  # the nearest cardinality below, its count
     staged = {id(n) for root in ops.by_index_roots() for n in _plan.walk(root)}
     for i, node in enumerate(chain):
         inside = _plan.walk(node) if i == 0 else [node]  # the first op: with its inputs
@@ -118,10 +127,16 @@ def op_costs(plan: _plan.Node, ops, elements: int, options) -> list[cedar.OpCost
             cut = False
         cardinality = node.cardinality()
         cacheable = cardinality != INFINITE and not any(n.random for n in _plan.walk(node))
-        epoch = cardinality * per if cardinality not in (INFINITE, UNKNOWN) else None
+        if cardinality == INFINITE:
+            size, known = None, None
+        elif cardinality != UNKNOWN:
+            size, known = float(cardinality), (float(cardinality), counts[i])
+        else:
+            size = None if known is None or known[1] <= 0 else known[0] * counts[i] / known[1]
+        sizes.append(size)
         costs.append(cedar.OpCost(labels[id(node)], sec, per * outputs, outputs, cut,
-                                  cacheable, epoch))
-    return costs
+                                  cacheable, None if size is None else size * per))
+    return costs, sizes
 
 
 def _timed_parts(fn: Any, pin: str | None) -> list[tuple[str, float, float | None, bool,

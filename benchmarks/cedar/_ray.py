@@ -1,4 +1,5 @@
-"""Ray Data as a Cedar peer: a local Ray on the loopback interface for one stream.
+"""Ray Data as a Cedar peer: a local Ray on the loopback interface for one stream
+(Cedar's NLP and ASR, SimCLR and SSD).
 
 A stream is ``ray.data.range`` over element indices (cycled ``_EPOCHS`` times for an
 infinite stream: Ray Data has no ``repeat``) mapped by an actor class in batches, the
@@ -18,14 +19,18 @@ _ROWS_PER_BLOCK = 256
 
 
 class Indexed:
-    """An actor's map of a batch of ``{"id": indices}`` to ``{"x": stacked items}``, where
-    ``item(i)`` makes element ``i % count``; ``make(*args)`` builds ``item`` once per actor."""
+    """An actor's map of a batch of ``{"id": indices}`` to ``{"x": stacked items}`` (an item
+    that is a tuple: ``{"x0": ..., "x1": ...}``, each part stacked), where ``item(i)`` makes
+    element ``i % count``; ``make(*args)`` builds ``item`` once per actor."""
 
     def __init__(self, make, count: int, *args):
         self.item, self.count = make(*args), count
 
     def __call__(self, batch: dict) -> dict:
-        return {"x": np.stack([self.item(int(i) % self.count) for i in batch["id"]])}
+        items = [self.item(int(i) % self.count) for i in batch["id"]]
+        if isinstance(items[0], tuple):
+            return {f"x{k}": np.stack(part) for k, part in enumerate(zip(*items))}
+        return {"x": np.stack(items)}
 
 
 def stream(make, args: tuple, count: int, batch_size: int, repeat: bool):
@@ -44,6 +49,7 @@ def stream(make, args: tuple, count: int, batch_size: int, repeat: bool):
         ds = ds.map_batches(Indexed, fn_constructor_args=(make, count, *args),
                             batch_size=batch_size, concurrency=2, num_cpus=_ACTOR_CPUS)
         for batch in ds.iter_batches(batch_size=batch_size, batch_format="numpy"):
-            yield batch["x"]
+            yield batch["x"] if "x" in batch else tuple(batch[f"x{k}"]
+                                                        for k in range(len(batch)))
     finally:
         ray.shutdown()
