@@ -39,13 +39,16 @@ def test_the_table_sets_the_chosen_place_against_the_best():
     def run(rate, chosen=None, places=()):
         return cache.Run([1.0, 1.0, 1.0, 100 / rate, 100 / rate], 100, chosen, list(places))
 
-    table = cache.Table("w", {cache.PLANNED: run(190.0, "map(a)", ["map(a)", "map(b)"]),
-                              cache.NONE: run(100.0), "map(a)": run(195.0),
-                              "map(b)": run(200.0)}, {"map(c)": "failed (exit 1): boom"})
+    planned = [run(190.0, "map(a)", ["map(a)", "map(b)"]), run(170.0, "map(a)"),
+               run(200.0, "none")]
+    table = cache.Table("w", {cache.PLANNED: planned, cache.NONE: [run(100.0)],
+                              "map(a)": [run(195.0), run(150.0), run(196.0)],
+                              "map(b)": [run(200.0)]}, {"map(c)": "failed (exit 1): boom"})
+    assert table.chosen == "map(a)"  # in most rounds
     assert table.best() == ("map(b)", pytest.approx(200.0))
     text = "\n".join(table.lines())
-    assert "map(a)" in text and "<- planner" in text.splitlines()[3]
-    assert "chose map(a); best map(b); planned 0.95x the best" in text
+    assert "median of 3 rounds" in text and "<- planner" in text.splitlines()[3]
+    assert "chose map(a) (2 of 3 rounds); best map(b); planned 0.95x the best" in text
     assert "the chosen place pinned: 0.98x the best" in text
     assert "map(c)" in text and "boom" in text
 

@@ -10,13 +10,14 @@ processes over short epochs (a fresh iterator each, ``benchmarks/epochs.py``):
   the planned run's profile) and ``none`` (``PlanPins(cache="none")``).
 
 Each run gives the median time of its epochs from the fourth on (the planned run's
-cache filled in the second epoch, tried in the third and kept or dropped);
+cache filled in the second epoch, tried in the third and kept or dropped); rounds repeat
+every run, and the table gives medians over them;
 the table gives items/s per place, which one the planner chose, and the chosen place's
 throughput against the best: Cedar's "finds the best location" (the target is the best
 or within 5%), and "knows when not to cache" (a place whose output inflates and does
 not fit half the RAM is not chosen; an in-memory cache that fits costs little to read).
 
-    python -m benchmarks.cedar.cache --epochs 6
+    python -m benchmarks.cedar.cache --epochs 6 --rounds 3
     python -m benchmarks.cedar.cache cedar.asr --quick   # a smoke run
 """
 
@@ -124,58 +125,72 @@ def _in_fresh_process(workload: str, place: str, data_path: str, epochs: int) ->
 
 @dataclasses.dataclass
 class Table:
-    """One workload's runs by place; ``errors``: why a place has none."""
+    """One workload's runs by place, over rounds; ``errors``: why a place has none."""
 
     workload: str
-    runs: dict[str, Run]
+    runs: dict[str, list[Run]]
     errors: dict[str, str]
+
+    def rate(self, place: str) -> float:
+        return statistics.median(r.items_per_sec for r in self.runs[place])
 
     @property
     def chosen(self) -> str | None:
-        planned = self.runs.get(PLANNED)
-        return None if planned is None else planned.chosen
+        """What the planner kept in most rounds (after its trial)."""
+        picks = [r.chosen for r in self.runs.get(PLANNED, ())]
+        return max(set(picks), key=picks.count) if picks else None
 
     def best(self) -> tuple[str, float]:
-        pinned = {p: r.items_per_sec for p, r in self.runs.items() if p != PLANNED}
+        pinned = {p: self.rate(p) for p in self.runs if p != PLANNED}
         place = max(pinned, key=pinned.get)
         return place, pinned[place]
 
     def lines(self) -> list[str]:
-        out = [f"{self.workload}: cache places (items/s, epochs {_FROM + 1} on, median)"]
-        for place, run in self.runs.items():
+        rounds = max((len(r) for r in self.runs.values()), default=0)
+        out = [f"{self.workload}: cache places (items/s, epochs {_FROM + 1} on, median of "
+               f"{rounds} round{'s' * (rounds != 1)})"]
+        for place in self.runs:
             mark = " <- planner" if place == self.chosen else ""
-            out.append(f"  {place:<48} {run.items_per_sec:>10,.1f}{mark}")
+            out.append(f"  {place:<48} {self.rate(place):>14,.1f}{mark}")
         for place, why in self.errors.items():
             out.append(f"  {place:<48} {why}")
         if self.chosen is not None and len(self.runs) > 1:
             best, rate = self.best()
-            planned = self.runs[PLANNED].items_per_sec
-            chosen = self.runs.get(self.chosen)
-            pinned = "" if chosen is None else (
-                f"; the chosen place pinned: {chosen.items_per_sec / rate:.2f}x the best")
-            out.append(f"  chose {self.chosen}; best {best}; planned {planned / rate:.2f}x "
-                       f"the best{pinned} (target >= {1 - _TIE:.2f}x)")
+            picks = [r.chosen for r in self.runs[PLANNED]]
+            chosen = ("" if self.chosen not in self.runs else
+                      f"; the chosen place pinned: {self.rate(self.chosen) / rate:.2f}x the "
+                      "best")
+            out.append(f"  chose {self.chosen} ({picks.count(self.chosen)} of {len(picks)} "
+                       f"rounds); best {best}; planned {self.rate(PLANNED) / rate:.2f}x the "
+                       f"best{chosen} (target >= {1 - _TIE:.2f}x)")
         return out
 
 
-def run(workload: str, epochs: int, scale: float) -> Table:
+def run(workload: str, epochs: int, scale: float, rounds: int = 1) -> Table:
+    """``rounds`` rounds, each a planned run then one run per place (those the first
+    planned run chose among), every run in a fresh process."""
     module = importlib.import_module(f"benchmarks.{workload}")
     data = module.prepare(scale)
-    runs, errors = {}, {}
+    runs: dict[str, list[Run]] = {}
+    errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "data.pkl")
         with open(path, "wb") as f:
             pickle.dump(data, f)
-        planned = _in_fresh_process(workload, PLANNED, path, epochs)
-        if isinstance(planned, str):
-            return Table(workload, {}, {PLANNED: planned})
-        runs[PLANNED] = planned
-        for place in [NONE] + planned.places:
-            got = _in_fresh_process(workload, place, path, epochs)
-            if isinstance(got, str):
-                errors[place] = got
-            else:
-                runs[place] = got
+        places: list[str] | None = None
+        for _ in range(rounds):
+            for place in [PLANNED] + (places or []):
+                if place in errors:
+                    continue
+                got = _in_fresh_process(workload, place, path, epochs)
+                if isinstance(got, str):
+                    errors[place] = got
+                    continue
+                runs.setdefault(place, []).append(got)
+                if place == PLANNED and places is None:
+                    places = [NONE] + got.places
+            if places is None:  # the planned run failed: nothing to set it against
+                break
     return Table(workload, runs, errors)
 
 
@@ -183,6 +198,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=None,
                         help="data scale (default: SCALE's, per workload)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small, 4 epochs")
@@ -201,7 +217,8 @@ def main(argv=None) -> None:
         if workload not in WORKLOADS:
             parser.error(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")
         scale = args.scale if args.scale is not None else SCALE[workload]
-        table = run(workload, epochs, 0.1 * scale if args.quick else scale)
+        table = run(workload, epochs, 0.1 * scale if args.quick else scale,
+                    1 if args.quick else args.rounds)
         print("\n".join(table.lines()), flush=True)
 
 
