@@ -266,8 +266,12 @@ class Profiler:
         while not self._stop.wait(_plantrial.POLL_SEC):
             elements = self._elements()
             if elements > 0:  # the start is over: the profile counts from here
-                baseline = [(op.sec * elements, op.outputs * elements) for op in
-                            _planprofile.op_costs(self._plan, self._ops, elements, self._options)]
+                try:
+                    baseline = [(op.sec * elements, op.outputs * elements) for op in
+                                _planprofile.op_costs(self._plan, self._ops, elements,
+                                                      self._options)]
+                except Exception:  # noqa: BLE001 - no baseline: the profile counts it all
+                    baseline = None
                 with self._lock:
                     self._baseline, self._first = baseline, (time.monotonic(), elements)
                 break
