@@ -77,7 +77,7 @@ class Service:
 
     def status(self) -> ServiceStatus:
         """The dispatcher, each worker (pid, node, reads, rates) and each job."""
-        status: ServiceStatus = _ray.ray_module().get(self._dispatcher.status.remote())
+        status: ServiceStatus = _connected_get(self._dispatcher.status, "svc.status()")
         return status
 
     def _repr_html_(self) -> str:
@@ -98,7 +98,7 @@ class Service:
         others get leases once they start (when the cluster has room for them).
         """
         num_workers = _check_workers(num_workers, "scale")
-        _ray.ray_module().get(self._dispatcher.scale.remote(num_workers))
+        _connected_get(lambda: self._dispatcher.scale.remote(num_workers), "svc.scale()")
         if num_workers != AUTOTUNE:
             _wait_for_workers(self._dispatcher, num_workers, "scale", timeout)
 
@@ -366,13 +366,24 @@ def _start_error(error: BaseException) -> Exception:
                                      f"{message}")
 
 
+def _connected_get(call: Any, what: str) -> Any:
+    """``ray.get`` of ``call.remote()`` (an actor method, or a function making the
+    reference), refused once this process's Ray connection is closed: Ray would start a
+    new local cluster of its own for the call (its auto-connect), where a thread still at
+    work after ``svc.stop()`` (a planner's ``svc.scale`` waiting for workers) must stop."""
+    ray = _ray.ray_module()
+    if not ray.is_initialized():
+        raise _errors.ServiceStoppedError(f"{what}: this process's connection to the "
+                                          "service is closed (svc.stop() or ray.shutdown())")
+    return ray.get(call.remote() if hasattr(call, "remote") else call())
+
+
 def _wait_for_workers(dispatcher: Any, num_workers: int, what: str, timeout: float) -> None:
     """Until ``num_workers`` workers run (joined); after ``timeout`` seconds a warning
     (the cluster may be adding nodes for them: they join when up)."""
-    ray = _ray.ray_module()
     deadline = time.monotonic() + timeout
     while True:
-        running = len(ray.get(dispatcher.workers.remote()))
+        running = len(_connected_get(dispatcher.workers, what))
         if running >= num_workers:
             return
         if time.monotonic() > deadline:

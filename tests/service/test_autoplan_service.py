@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jdata
+from jdata.errors import ServiceStoppedError
 from jdata.service import _ray
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")]
@@ -28,6 +29,14 @@ def svc(tmp_path_factory):
                             work_dir=str(tmp_path_factory.mktemp("journal")))
     yield started
     started.stop()
+    assert not ray.is_initialized()
+    # A thread still at work (the planner's svc.scale waiting for its workers) gets an
+    # error now, not a new local Ray from Ray's auto-connect: that one's GCS went with the
+    # next test's cluster, and Ray ended this process a minute later (CI, twice).
+    with pytest.raises(ServiceStoppedError, match="connection to the service is closed"):
+        started.status()
+    with pytest.raises(ServiceStoppedError):
+        started.scale(1)
     assert not ray.is_initialized()
 
 
