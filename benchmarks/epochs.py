@@ -32,8 +32,6 @@ import json
 import os
 import pickle
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -115,17 +113,9 @@ def _child(args) -> None:
 def measure_in_fresh_process(workload: str, system: str, data_path: str,
                              epochs: int) -> Sample | str:
     """``measure`` in a new interpreter; a string says why there is no sample."""
-    command = [sys.executable, "-m", "benchmarks.epochs", "--child", workload, system,
-               data_path, "--epochs", str(epochs)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True,
-                              timeout=_CHILD_TIMEOUT_SEC)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {_CHILD_TIMEOUT_SEC} s"
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return f"failed (exit {done.returncode}): {steady._why(done.stderr)}"
-    return Sample(**json.loads(lines[-1]))
+    got = steady.run_child(["benchmarks.epochs", "--child", workload, system, data_path,
+                            "--epochs", str(epochs)], _CHILD_TIMEOUT_SEC)
+    return got if isinstance(got, str) else Sample(**got)
 
 
 @dataclasses.dataclass

@@ -148,17 +148,24 @@ def _child(args) -> None:
 def measure_in_fresh_process(workload: str, system: str, data_path: str, warmup: float,
                              seconds: float) -> Sample | str:
     """``measure`` in a new interpreter; a string says why there is no sample."""
-    command = [sys.executable, "-m", "benchmarks.steady", "--child", workload, system,
-               data_path, "--warmup", str(warmup), "--seconds", str(seconds)]
+    got = run_child(["benchmarks.steady", "--child", workload, system, data_path,
+                     "--warmup", str(warmup), "--seconds", str(seconds)],
+                    warmup + seconds + _CHILD_TIMEOUT_SEC)
+    return got if isinstance(got, str) else Sample(**got)
+
+
+def run_child(args: list[str], timeout: float) -> dict | str:
+    """``python -m *args`` in a new interpreter: the last JSON object it printed, or a
+    string that says why there is none (a timeout, a failure and its last error)."""
     try:
-        done = subprocess.run(command, capture_output=True, text=True,
-                              timeout=warmup + seconds + _CHILD_TIMEOUT_SEC)
+        done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"timed out after {warmup + seconds + _CHILD_TIMEOUT_SEC:.0f} s"
+        return f"timed out after {timeout:.0f} s"
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return f"failed (exit {done.returncode}): {_why(done.stderr)}"
-    return Sample(**json.loads(lines[-1]))
+    return json.loads(lines[-1])
 
 
 def _why(stderr: str) -> str:
@@ -252,23 +259,34 @@ def report(workload: str, rounds: int = 3, warmup: float = 2.0, seconds: float =
     return result
 
 
+def add_stream_arguments(parser: argparse.ArgumentParser, rounds: int) -> None:
+    """The measurement's arguments (``--rounds``, ``--warmup``, ``--seconds``, ``--scale``,
+    ``--quick``), as this module and ``benchmarks/cedar/ablation.py`` take them."""
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 1 round, 0.5 s warm-up, 2 s measured, scale 0.1")
+
+
+def quick(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with ``--quick``'s settings where it was given."""
+    if args.quick:
+        args.rounds, args.warmup, args.seconds, args.scale = 1, 0.5, 2.0, 0.1
+    return args
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*", default=["nlp", "cv", "overhead"])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--scale", type=float, default=1.0)
+    add_stream_arguments(parser, rounds=3)
     parser.add_argument("--tuning", action="store_true",
                         help="also jdata's hand-picked configurations")
     parser.add_argument("--systems", nargs="*", default=None,
                         help="only these systems (the plain loop always runs)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 1 round, 0.5 s warm-up, 2 s measured, scale 0.1")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.warmup, args.seconds, args.scale = 1, 0.5, 2.0, 0.1
+    args = quick(parser.parse_args(argv))
     if args.child:
         workload, system, data = args.workloads
         _child(argparse.Namespace(workload=workload, system=system, data=data,

@@ -167,39 +167,33 @@ def test_a_plan_the_planner_leaves_as_it_is_keeps_its_nodes_and_their_cache():
     assert sorted(calls) == list(range(50))  # the first epoch's cache served the others
 
 
-def _decoded(x):
-    total = 0
-    for i in range(3000):  # ~100 us of Python: worth caching
-        total += i
-    return np.full(16, x, np.float32)
-
-
 def _inflated(x):
     return np.repeat(x, 64)  # 64x the bytes, for nothing
 
 
 def _fused(options=None, n=300):
     # One random_map when optimized (random_map_fusion): decode, inflate, noise.
-    ds = (jdata.range(n).map(_decoded, num_parallel_calls=2).map(_inflated, num_parallel_calls=2)
+    ds = (jdata.range(n).map(_expensive, num_parallel_calls=2)
+          .map(_inflated, num_parallel_calls=2)
           .random_map(_noisy, jax.random.key(3), num_parallel_calls=2).batch(10))
     return ds if options is None else ds.with_options(options)
 
 
 def test_a_cache_goes_inside_a_fused_op_after_the_part_worth_keeping_within_the_ram_budget():
-    # One epoch after _decoded is 300 x 64 B; after _inflated 64x that, over half the budget.
+    # One epoch after _expensive is 300 x 64 B; after _inflated 64x that, over half the budget.
     options = jdata.Options(plan=jdata.AUTOTUNE, ram_budget=2 * 300 * 64 * 16)
     planned = _fused(options)
     optimized = planned.explain().split("\n\n")[0]
-    assert "op: map(_decoded)+map(_inflated)+random_map(_noisy)" in optimized
+    assert "op: map(_expensive)+map(_inflated)+random_map(_noisy)" in optimized
     got, expected = _epochs(planned, 3), _epochs(_fused(), 3)
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
     text = planned.explain()
-    assert "cache: after map(_decoded) (saves" in text, text
+    assert "cache: after map(_expensive) (saves" in text, text
     assert "map(_inflated): " in text and "random_map(_noisy): " in text  # timed part by part
     placed = text.split("Planned (from the next iterator on):")[1]
     assert "op: map(_inflated)+random_map(_noisy)" in placed and "Cache(" in placed
-    assert placed.index("Cache(") < placed.index("op: map(_decoded)")
+    assert placed.index("Cache(") < placed.index("op: map(_expensive)")
 
 
 def test_a_cache_inside_a_fused_op_is_filled_once_and_read_back():
@@ -207,12 +201,12 @@ def test_a_cache_inside_a_fused_op_is_filled_once_and_read_back():
 
     def counted(x):
         decoded.append(int(x))
-        return _decoded(x)
+        return _expensive(x)
 
     ds = (jdata.range(300).map(counted, num_parallel_calls=2)
           .random_map(_noisy, jax.random.key(3), num_parallel_calls=2).batch(10)
           .with_options(jdata.Options(plan=jdata.PlanPins(cache="map(counted)"))))
-    reference = (jdata.range(300).map(_decoded).random_map(_noisy, jax.random.key(3))
+    reference = (jdata.range(300).map(_expensive).random_map(_noisy, jax.random.key(3))
                  .batch(10))
     for a, b in zip(_epochs(ds, 4), _epochs(reference, 4)):
         np.testing.assert_array_equal(a, b)
@@ -250,7 +244,7 @@ def _slow_noisy(x, key):
 
 
 def _tried(options=None, n=3000):
-    ds = (jdata.range(n).map(_decoded, num_parallel_calls=2)
+    ds = (jdata.range(n).map(_expensive, num_parallel_calls=2)
           .random_map(_slow_noisy, jax.random.key(4), num_parallel_calls=2).batch(10))
     return ds if options is None else ds.with_options(options)
 
@@ -261,7 +255,7 @@ def test_a_cache_the_planner_chose_is_kept_where_the_epoch_reading_it_is_faster(
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
     # Epoch 2 filled the cache, epoch 3 read it back: ~100 us an element not recomputed.
-    assert "cache: after map(_decoded) (saves" in planned.explain()
+    assert "cache: after map(_expensive) (saves" in planned.explain()
     assert "; kept (measured: the epoch that read it back made" in planned.explain()
 
 

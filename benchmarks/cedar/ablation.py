@@ -84,15 +84,8 @@ def table(result: steady.Result) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*", default=list(WORKLOADS))
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 1 round, 0.5 s warm-up, 2 s measured, scale 0.1")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.warmup, args.seconds, args.scale = 1, 0.5, 2.0, 0.1
+    steady.add_stream_arguments(parser, rounds=2)
+    args = steady.quick(parser.parse_args(argv))
     for workload in args.workloads:
         if workload not in WORKLOADS:
             parser.error(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")

@@ -30,10 +30,10 @@ import json
 import os
 import pickle
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+
+from benchmarks import steady
 
 WORKLOADS = ("simclr", "ssd", "cedar.nlp", "cedar.asr")
 # Data per epoch: enough for seconds of work an epoch on 2 cores.
@@ -109,18 +109,9 @@ def _child(args) -> None:
 
 
 def _in_fresh_process(workload: str, place: str, data_path: str, epochs: int) -> Run | str:
-    command = [sys.executable, "-m", "benchmarks.cedar.cache", "--child", workload, place,
-               data_path, "--epochs", str(epochs)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True,
-                              timeout=_CHILD_TIMEOUT_SEC)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {_CHILD_TIMEOUT_SEC} s"
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        return f"failed (exit {done.returncode}): {tail[0]}"
-    return Run(**json.loads(lines[-1]))
+    got = steady.run_child(["benchmarks.cedar.cache", "--child", workload, place, data_path,
+                            "--epochs", str(epochs)], _CHILD_TIMEOUT_SEC)
+    return got if isinstance(got, str) else Run(**got)
 
 
 @dataclasses.dataclass
