@@ -12,6 +12,11 @@ its pid. ``fork`` starts a new server if the last one died.
 - The server and its workers see no accelerator (``_CPU_ONLY_ENV``): each
   worker that initialized one would claim device memory of its own (JAX
   preallocates most of a GPU's), and a TPU chip admits a single process.
+- Each worker's native thread pools (OpenBLAS, MKL, BLIS, OpenMP, numexpr) have one
+  thread (``_ONE_NATIVE_THREAD_ENV``), as PyTorch's DataLoader and Ray give their
+  workers: the workers are the parallelism. Left at one thread per core, every
+  worker's NumPy/SciPy call woke a pool of its own, and on 2 cores Cedar's ASR
+  pipeline ran at 0.8x one process where one thread each makes it 1.85x.
 - At start the server sweeps the shared-memory segments dead processes left
   (``segments.sweep``); it reaps its workers and unlinks the segments of any
   that died without doing so.
@@ -42,6 +47,10 @@ _PID = struct.Struct("q")
 # Hide GPUs and TPUs from JAX, CUDA (PyTorch, TensorFlow, CuPy...) and ROCm in
 # the server and so in every worker; the user's process keeps its own environment.
 _CPU_ONLY_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+# Read by each library as it loads: the server imports NumPy before its first fork.
+_ONE_NATIVE_THREAD_ENV = {name: "1" for name in (
+    "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")}
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -189,7 +198,8 @@ class Server:
         self.pid = os.getpid()
         self._sock, theirs = socket.socketpair()
         path = [os.getcwd() if p == "" else p for p in sys.path]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **_CPU_ONLY_ENV)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), **_CPU_ONLY_ENV,
+                   **_ONE_NATIVE_THREAD_ENV)
         code = (f"from jdata.runtime import forkserver; "
                 f"forkserver.serve({theirs.fileno()}, {segments.session()!r}, {self.pid})")
         self._process = subprocess.Popen([sys.executable, "-c", code], env=env,

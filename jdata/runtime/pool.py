@@ -5,8 +5,9 @@ processing time (``ChunkSizer``), so that cheap functions do not pay a
 thread hand-off per element. A ``Pool`` runs its chunks on threads or, for
 UDFs that hold the GIL, in worker processes (``jdata.runtime.processes``);
 with ``engine="auto"`` an ``EngineChooser`` (``jdata.runtime.engine``)
-moves it from threads to processes by measurement, and back to threads if
-shared memory has no room for the processes' work. Neither the outputs nor
+moves it from threads to processes by measurement (trying them where its
+model doubts), and back to threads if the processes tried delivered no more or
+shared memory has no room for their work. Neither the outputs nor
 the states depend on the engine.
 """
 
@@ -20,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from jdata.runtime import executors, forkserver, memory, persistent, worker
-from jdata.runtime.engine import initial_engine, remember
+from jdata.runtime.engine import EngineTrial, initial_engine, remember
 from jdata.runtime.iterator import Reader
 from jdata.runtime.outcomes import Outcome, UnpicklableJobError, WorkerError, compute_all
 from jdata.runtime.segments import SharedMemoryError
@@ -185,11 +186,14 @@ class Pool:
     # executor, and why. The threads go on computing meanwhile.
     _starting: cf.Future | None = None
     _starting_reason = ""
+    # Processes being tried against the threads (started, then measured), or None.
+    _trial: EngineTrial | None = None
 
     @property
     def deciding(self) -> bool:
-        """Whether ``"auto"`` is still measuring, or starting the processes it chose."""
-        return self.chooser is not None or self._starting is not None
+        """Whether ``"auto"`` is still measuring, starting the processes it chose, or
+        trying them."""
+        return self.chooser is not None or self._starting is not None or self._trial is not None
 
     def _start(self, engine: str):
         if engine == "processes":
@@ -253,6 +257,8 @@ class Pool:
             self._maybe_switch(timing, waited, outcomes)
         elif self._starting is not None and self._starting.done():
             self._finish_switch()
+        elif self._trial is not None and self.engine == "processes":
+            self._judge(self._trial.record(time.perf_counter(), len(outcomes)))
         return list(zip(tags, outcomes, strict=True))
 
     def _result(self, tags: list, items: list, future: cf.Future) -> tuple[list, tuple]:
@@ -309,10 +315,23 @@ class Pool:
         if decision is None:
             return
         engine, reason = decision
-        if engine != "processes":
+        if engine == "trial":
+            self._trial = EngineTrial(self.chooser.threads_rate, reason, self._key)
+            reason = f"trying worker processes: {reason}"
+        elif engine != "processes":
             self._settle(engine, reason)
             return
         self._begin_switch(reason)
+
+    def _judge(self, decision: tuple[str, str] | None) -> None:
+        """Ends a trial of processes with its measured decision."""
+        if decision is None:
+            return
+        self._trial = None
+        engine, reason = decision
+        if engine == "threads":
+            self._back_to_threads()
+        self._settle(engine, reason)
 
     def _begin_switch(self, reason: str) -> None:
         # A running fork server starts workers in milliseconds: the switch is made at
@@ -356,16 +375,22 @@ class Pool:
         old.shutdown()  # its chunks in flight still finish and are taken in order
         self.sizer = ChunkSizer(chunk_target("processes"))
         self._settle("processes", self._starting_reason)
+        if self._trial is not None:
+            self._trial.start(len(self.inflight))
 
     def _fall_back_to_threads(self, error: SharedMemoryError) -> None:
         """Moves the work to threads after a task found no room in shared memory."""
+        self._back_to_threads()
+        self._stay_on_threads(error)
+
+    def _back_to_threads(self) -> None:
+        """Moves the work from worker processes to threads, chunks in flight included."""
         old, self._executor = self._executor, self._start("threads")
         old.shutdown()  # settles every future: done, failed or cancelled
         self.inflight = collections.deque(
             (tags, items, future if _succeeded(future) else self._executor.submit(items))
             for tags, items, future in self.inflight)
         self.sizer = ChunkSizer(chunk_target("threads"))
-        self._stay_on_threads(error)
 
     def _stay_on_threads(self, error: SharedMemoryError | UnpicklableJobError) -> None:
         # Remembered, so later iterators of the pipeline do not try processes again.
@@ -373,6 +398,7 @@ class Pool:
             reason = f"the UDF cannot be pickled for worker processes ({error.__cause__})"
         else:
             reason = f"worker processes would not fit in shared memory: {error}"
+        self._trial = None
         remember(self._key, ("threads", reason))
         self._settle("threads", reason)
 
