@@ -234,9 +234,9 @@ class _Rate:
 class EngineTrial:
     """Worker processes tried against the rate the threads delivered, where the model
     doubts (``EngineChooser``'s "trial"): the pool runs on processes, skips the chunks
-    submitted before the switch and the processes' first ones, then measures as long as
-    the threads were measured; processes stay if they delivered ``_TRIAL_GAIN`` times
-    the threads' elements per second.
+    submitted before the switch and the processes' first ones, then measures them over
+    the same minimums as the threads (``_TRIAL_SEC``, ``_TRIAL_CHUNKS``); processes stay
+    if they delivered ``_TRIAL_GAIN`` times the threads' elements per second.
     """
 
     def __init__(self, threads_rate: float, doubt: str, key: str | None = None):

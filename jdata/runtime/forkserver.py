@@ -16,7 +16,7 @@ its pid. ``fork`` starts a new server if the last one died.
   thread (``_ONE_NATIVE_THREAD_ENV``), as PyTorch's DataLoader and Ray give their
   workers: the workers are the parallelism. Left at one thread per core, every
   worker's NumPy/SciPy call woke a pool of its own, and on 2 cores Cedar's ASR
-  pipeline ran at 0.8x one process where one thread each makes it 1.85x.
+  pipeline ran at 0.8x one process where one thread each makes it 2.05x.
 - At start the server sweeps the shared-memory segments dead processes left
   (``segments.sweep``); it reaps its workers and unlinks the segments of any
   that died without doing so.
