@@ -13,13 +13,19 @@ measure at all, and what ``explain()`` says of them, is the plan's side
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from typing import Callable
 
 # The engine choice: chunks ignored, then measured, and the least time measured.
 _WARMUP_CHUNKS = 1
 _DECIDE_CHUNKS = 4
 _DECIDE_SEC = 0.01
+# "Not the bottleneck" needs this many windows in a row: an iterator's first chunks
+# often find the consumer busy elsewhere (its first batch, a first compile), and one short
+# window read so kept Cedar's ASR on threads for good, at half its speed.
+_IDLE_CONSUMER_WINDOWS = 3
 # Processes may win if fewer than this fraction of the threads ran at once: they run
 # all at once but pay for pickling and copies (about 80% efficient), and a switch
 # needs a clear gain (1.45x) to be worth it: 0.8 / 1.45.
@@ -46,6 +52,35 @@ _TRIAL_GAIN = 1.1
 # the 2-core machines measured: SimCLR's 600 KB float32 views, 2.5 ms of UDF each, ran at
 # 0.8x their thread speed in processes).
 _TRANSFER_SEC_PER_BYTE = 1e-9
+
+
+def delay_clock() -> tuple[float, float]:
+    """``(wall time, seconds this process's threads have waited for a core)``.
+
+    Read once per measurement window, never per chunk: each of the per-thread
+    files it reads releases the GIL and takes it again, a switch interval's wait
+    (5 ms) each where GIL-bound threads run, and read at each chunk that slowed the
+    consumer until it no longer waited for the pool.
+    """
+    return time.perf_counter(), _run_delay()
+
+
+def _run_delay() -> float:
+    """Seconds this process's live threads have spent runnable, waiting for a core
+    (Linux's per-thread schedstat; 0 where it is missing). A thread waiting for the GIL
+    sleeps, so it does not count: this is the machine's contention, not the GIL's."""
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):  # exited meanwhile, or no schedstat
+            pass
+    return total * 1e-9
 
 
 def initial_engine(engine: str, cpu_budget: int, parallelism: int,
@@ -79,6 +114,19 @@ _DECISIONS_LOCK = threading.Lock()
 _MAX_DECISIONS = 1024
 
 
+# Trials their iterators ended before the verdict, by pipeline code, for the next iterator.
+_PAUSED_TRIALS: dict[str, EngineTrial] = {}
+
+
+def resume_trial(key: str | None) -> EngineTrial | None:
+    """The trial an earlier iterator of the pipeline ``key`` names paused, if any: it goes
+    on, on processes, from what it has measured (taken: one iterator at a time has it)."""
+    if key is None:
+        return None
+    with _DECISIONS_LOCK:
+        return _PAUSED_TRIALS.pop(key, None)
+
+
 def _decision(key: str | None) -> tuple[str, str] | None:
     if key is None:
         return None
@@ -104,7 +152,8 @@ class EngineChooser:
     the GIL (NumPy, PIL, I/O) runs them in parallel; one that holds it runs
     one at a time, whatever the thread count (Cedar's test: wall versus CPU
     time under threads); one that waits on I/O keeps few of them on CPU at
-    all, and threads overlap its waits. That matters only if the consumer
+    all, nor waiting for a core (``delay_clock``: on a busy machine few on CPU is
+    contention), and threads overlap its waits. That matters only if the consumer
     waited for the pool: otherwise the UDF is not the bottleneck.
 
     Few threads at once is not enough for processes: they can only use cores
@@ -115,16 +164,28 @@ class EngineChooser:
     ``_SWITCH_GAIN`` times as fast.
     """
 
-    def __init__(self, cpu_budget: int, decision_key: str | None = None):
+    def __init__(self, cpu_budget: int, decision_key: str | None = None,
+                 delays: Callable[[], tuple[float, float]] = delay_clock):
         self._cpu_budget = cpu_budget
         self._key = decision_key
+        # Threads' waits for a core, from before the first chunk (the pool's threads idle:
+        # no GIL to wait for) to the first decision of each window.
+        self._delays = delays
+        self._delays_start = delays()
+        self._threads_rate = _Rate()
+        self._idle_consumer_windows = 0
+        self._new_window()
         self._chunks = 0
+
+    def _new_window(self) -> None:
+        """Measures anew from the next chunk (after the warm-up)."""
+        self._chunks = _WARMUP_CHUNKS
         self._first_start: float | None = None
         self._first_clock: tuple[float, float] | None = None
         self._last_end = 0.0
         self._cpu = self._waited = 0.0
         self._elements = 0
-        self._threads_rate = _Rate()
+        self._queued_in_window: float | None = None
 
     @property
     def threads_rate(self) -> float:
@@ -165,12 +226,21 @@ class EngineChooser:
         if self._chunks < _WARMUP_CHUNKS + _DECIDE_CHUNKS or window < _DECIDE_SEC:
             return None
         running = self._cpu / window
-        measured = (f"{running:.2f} of {threads} worker threads ran at once over "
-                    f"{self._chunks - _WARMUP_CHUNKS} chunks")
         if self._waited < _BOTTLENECK_WAIT * window:
+            self._idle_consumer_windows += 1
+            if self._idle_consumer_windows < _IDLE_CONSUMER_WINDOWS:
+                self._new_window()
+                return None
             return "threads", (f"the consumer waited for the UDF only {self._waited / window:.0%}"
-                               f" of the time: it is not the bottleneck")
-        if running < _MOSTLY_WAITING:
+                               f" of the time over {self._idle_consumer_windows} windows: it is "
+                               "not the bottleneck")
+        queued = self._queued()
+        measured = (f"{running:.2f} of {threads} worker threads ran at once"
+                    + (f" (and {queued:.2f} waited for a core)" if queued >= 0.05 else "")
+                    + f" over {self._chunks - _WARMUP_CHUNKS} chunks")
+        if running + queued < _MOSTLY_WAITING:
+            # Threads waiting for a core would have run: on a busy machine, few threads on
+            # CPU is contention, not I/O.
             return "threads", f"{measured}: the UDF mostly waits (I/O), which threads overlap"
         if running >= _PROCESS_ADVANTAGE * threads:
             return "threads", f"{measured}: the UDF releases the GIL enough for threads"
@@ -199,6 +269,16 @@ class EngineChooser:
             return float(self._cpu_budget)
         return max(0.0, self._cpu_budget - (clock[1] - self._first_clock[1]) / wall)
 
+    def _queued(self) -> float:
+        """How many of this process's threads waited for a core at once, on average, since
+        the chooser began (read once per window; a negative change, threads that exited
+        taking theirs along, reads as none)."""
+        if self._queued_in_window is None:
+            (wall0, delay0), (wall, delay) = self._delays_start, self._delays()
+            self._queued_in_window = (max(0.0, delay - delay0) / (wall - wall0)
+                                      if wall > wall0 else 0.0)
+        return self._queued_in_window
+
     def _transfer_share(self, bytes_per_element: float) -> float:
         """The share of a worker process's time that moving its outputs would take."""
         if not self._elements or not bytes_per_element:
@@ -208,27 +288,36 @@ class EngineChooser:
 
 
 class _Rate:
-    """Elements per second the consumer took, from the first take counted."""
+    """Elements per second the consumer took, from the first take counted, over one
+    stretch of takes or several (``pause``: iterators of one pipeline, each too short)."""
 
     def __init__(self):
         self._first: float | None = None
         self._last = 0.0
         self._chunks = self._elements = 0
+        self._sec = 0.0  # of the stretches paused
 
     def add(self, now: float, elements: int) -> None:
         if self._first is None:
-            self._first = now  # the clock starts at this take: its elements came before
-            return
+            self._first = self._last = now  # the clock starts at this take: its elements
+            return                          # came before
         self._last, self._chunks, self._elements = now, self._chunks + 1, self._elements + elements
 
+    def pause(self) -> None:
+        """Ends this stretch: the next take starts another, the time between uncounted."""
+        if self._first is not None:
+            self._sec += self._last - self._first
+        self._first = None
+
+    def _seconds(self) -> float:
+        return self._sec + (0.0 if self._first is None else self._last - self._first)
+
     def measured(self) -> bool:
-        return (self._first is not None and self._chunks >= _TRIAL_CHUNKS
-                and self._last - self._first >= _TRIAL_SEC)
+        return self._chunks >= _TRIAL_CHUNKS and self._seconds() >= _TRIAL_SEC
 
     def per_sec(self) -> float:
-        if self._first is None or self._last <= self._first:
-            return 0.0
-        return self._elements / (self._last - self._first)
+        seconds = self._seconds()
+        return self._elements / seconds if seconds > 0 else 0.0
 
 
 class EngineTrial:
@@ -247,6 +336,18 @@ class EngineTrial:
     def start(self, chunks_in_flight: int) -> None:
         """The processes are up; ``chunks_in_flight`` were submitted to the threads."""
         self._skip = chunks_in_flight + _TRIAL_WARMUP_CHUNKS
+
+    def pause(self) -> None:
+        """The iterator ended before the verdict: the pipeline's next iterator goes on
+        with this trial (``resume_trial``), on processes, where one too short to measure
+        it alone would measure anew (issue 29: epochs that moved between the engines)."""
+        self._rate.pause()
+        if self._key is None:
+            return
+        with _DECISIONS_LOCK:
+            if len(_PAUSED_TRIALS) >= _MAX_DECISIONS:
+                _PAUSED_TRIALS.clear()
+            _PAUSED_TRIALS[self._key] = self
 
     def record(self, now: float, elements: int) -> tuple[str, str] | None:
         """A chunk the consumer took at ``now``; ``(engine, reason)`` once measured,

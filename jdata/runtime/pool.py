@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from jdata.runtime import executors, forkserver, memory, persistent, worker
-from jdata.runtime.engine import EngineTrial, initial_engine, remember
+from jdata.runtime.engine import EngineTrial, initial_engine, remember, resume_trial
 from jdata.runtime.iterator import Reader
 from jdata.runtime.outcomes import Outcome, UnpicklableJobError, WorkerError, compute_all
 from jdata.runtime.segments import SharedMemoryError
@@ -169,6 +169,12 @@ class Pool:
         self._auto = engine == "auto"
         self.engine, self.engine_reason, self.chooser, self._key = initial_engine(
             engine, self.cpu_budget, parallelism, decision_key)
+        if self.chooser is not None:
+            self._trial = resume_trial(self._key)  # an earlier iterator's, cut short
+            if self._trial is not None:
+                self.chooser, self.engine = None, "processes"
+                self.engine_reason = (f"trying worker processes: {self._trial.doubt} (an "
+                                      "earlier iterator's trial, going on)")
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
                              engine_reason=self.engine_reason)
         memory.track(self.stats)
@@ -415,6 +421,9 @@ class Pool:
 
     def shutdown(self) -> None:
         self.cancel()
+        trial, self._trial = self._trial, None
+        if trial is not None:
+            trial.pause()
         executor = self._executor
         if not (self.engine == "processes"
                 and persistent.park(self._home, self._reuse_key, executor)):

@@ -1,8 +1,13 @@
 """The engine choice's measurement, chunk by chunk (``engine.EngineChooser``), and the
 trial of processes where its model doubts (``engine.EngineTrial``): pure, no threads, no
-clocks."""
+clocks; and the clock of waits for a core (``engine.delay_clock``) on a machine kept busy."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -10,14 +15,18 @@ from jdata.runtime import engine
 
 
 def _decide(running: float, cpu_per_element: float, bytes_per_element: float,
-            busy_cores: float | None = None, waited_share: float = 0.9, threads: int = 2):
+            busy_cores: float | None = None, waited_share: float = 0.9, threads: int = 2,
+            queued: float = 0.0):
     """Feeds chunks of elements, each taking ``running`` threads' CPU over 0.1 s of wall
     time while the whole process keeps ``busy_cores`` busy (``running`` and a little for
-    the consumer by default), until the chooser decides."""
+    the consumer by default) and ``queued`` of its threads wait for a core, until the
+    chooser decides."""
     busy = running + 0.1 if busy_cores is None else busy_cores
-    chooser = engine.EngineChooser(cpu_budget=2)
+    now = [0.0]
+    chooser = engine.EngineChooser(cpu_budget=2, delays=lambda: (now[0], queued * now[0]))
     for i in range(20):
         start = 0.1 * i
+        now[0] = start + 0.1
         cpu = running * 0.1
         elements = max(1, round(cpu / cpu_per_element))
         decision = chooser.record((start, start + 0.1, cpu), waited_share * 0.1, threads,
@@ -106,6 +115,37 @@ def test_a_trial_skips_the_chunks_in_flight_and_the_first_on_processes():
     assert decisions[-1][0] == "threads" and "tried: 50 elements/s" in decisions[-1][1]
 
 
+def test_a_trial_cut_short_goes_on_in_the_next_iterator_from_what_it_measured():
+    # Epochs shorter than a trial: each measured anew, and never decided.
+    key = "test_engine: a paused trial's key"
+    trial = engine.EngineTrial(100, "the doubt", key)
+    trial.start(0)
+    for taken in range(engine._TRIAL_WARMUP_CHUNKS):
+        assert trial.record(4 + taken * 1e-6, 10_000) is None  # warm-up: skipped
+    for taken in range(3):  # one take starts the clock, 2 chunks of 10 over 0.2 s: too few
+        assert trial.record(5 + 0.1 * taken, 10) is None
+    trial.pause()
+    assert engine._decision(key) is None
+    resumed = engine.resume_trial(key)
+    assert resumed is trial and engine.resume_trial(key) is None  # one iterator takes it
+    resumed.start(1)
+    assert resumed.record(100.0, 10_000) is None  # in flight on threads: skipped
+    for taken in range(engine._TRIAL_WARMUP_CHUNKS):
+        assert resumed.record(100.001 + taken * 1e-6, 10_000) is None  # warm-up: skipped
+    # The time between the iterators (95 s) does not count: 2 + 2 chunks of 10 over 0.4 s.
+    decisions = [resumed.record(200 + 0.1 * k, 10) for k in range(3)]
+    assert decisions[:2] == [None, None]
+    assert decisions[2] == ("threads", "the doubt; tried: 100 elements/s on worker "
+                                       "processes against 100 on threads")
+    assert engine._decision(key) == decisions[2]
+
+
+def test_a_trial_without_a_key_is_not_resumed():
+    trial = engine.EngineTrial(100, "the doubt")
+    trial.pause()
+    assert engine.resume_trial(None) is None
+
+
 def test_a_trial_remembers_its_decision_for_later_iterators():
     key = "test_engine: a trial's key"
     trial = engine.EngineTrial(100, "the doubt", key)
@@ -127,3 +167,57 @@ def test_the_consumer_not_waiting_keeps_threads_before_any_transfer_estimate():
     decision = _decide(running=1.0, cpu_per_element=1e-3, bytes_per_element=0,
                        waited_share=0.05)
     assert decision[0] == "threads" and "not the bottleneck" in decision[1]
+    assert f"over {engine._IDLE_CONSUMER_WINDOWS} windows" in decision[1]
+
+
+def test_a_consumer_busy_only_at_first_does_not_keep_threads():
+    # Cedar's ASR: the first window found the consumer busy with its first batch (17% of
+    # the time waiting), and that one window kept threads, at half the processes' speed.
+    chooser = engine.EngineChooser(cpu_budget=2)
+    decisions = []
+    for i in range(30):
+        start = 0.1 * i
+        waited = 0.017 if i < 6 else 0.09
+        decisions.append(chooser.record((start, start + 0.1, 0.1), waited, 2, 100, 100,
+                                        (start + 0.1, 1.1 * start)))
+        if decisions[-1] is not None:
+            break
+    assert decisions[-1] == ("processes", "1.00 of 2 worker threads ran at once over 4 "
+                                          "chunks: the UDF holds the GIL"), decisions
+
+
+def test_a_udf_that_mostly_waits_for_io_stays_on_threads():
+    decision = _decide(running=0.2, cpu_per_element=1e-3, bytes_per_element=100)
+    assert decision == ("threads", "0.20 of 2 worker threads ran at once over 4 chunks: "
+                                   "the UDF mostly waits (I/O), which threads overlap")
+
+
+def test_threads_waiting_for_a_core_are_contention_not_io():
+    # Cedar's ASR while another process kept both cores busy: 0.26 threads on CPU read as
+    # I/O and kept threads, a decision every later iterator inherited. Threads waiting for a
+    # core would have run: the UDF holds the GIL.
+    decision = _decide(running=0.26, cpu_per_element=1e-3, bytes_per_element=100,
+                       busy_cores=0.4, queued=1.2)
+    assert decision == ("processes", "0.26 of 2 worker threads ran at once (and 1.20 waited "
+                                     "for a core) over 4 chunks: the UDF holds the GIL")
+    # Where no thread waited for a core, the same reading is I/O.
+    assert _decide(running=0.26, cpu_per_element=1e-3, bytes_per_element=100,
+                   busy_cores=0.4)[1].endswith("the UDF mostly waits (I/O), which threads overlap")
+
+
+def test_the_delay_clock_counts_the_waits_for_a_core_of_a_busy_machine():
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        wall0, delay0 = engine.delay_clock()
+        deadline = time.perf_counter() + 60
+        while True:  # this thread, runnable throughout, waits for a core among the hogs
+            sum(range(100_000))
+            wall, delay = engine.delay_clock()
+            if delay - delay0 > 0.05 or wall > deadline:
+                break
+        assert delay - delay0 > 0.05, "no wait for a core with every core busy"
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

@@ -597,6 +597,46 @@ def test_a_trial_of_processes_ends_on_the_engine_it_measured_with_every_element(
         assert int(next(it)["x"]) == 0
 
 
+def test_a_trial_cut_short_by_its_iterator_goes_on_in_the_next_on_the_same_workers(
+        monkeypatch):
+    # Epochs shorter than a trial measured anew each time and moved between the engines.
+    fork_server_ready()
+    _always_tried(monkeypatch, 0.0)
+    monkeypatch.setattr(engine, "_PAUSED_TRIALS", {})
+    ds = jdata.range(10 ** 9).map(python_work, num_parallel_calls=jdata.AUTOTUNE)
+    ds = ds.with_options(jdata.Options(cpu_budget=2))
+    got = []
+    it = ds.iterator()
+    deadline = time.monotonic() + 120
+    while pool_of(it)._trial is None:  # the threads' rate measured: a trial begins
+        got.append(int(next(it)["x"]))
+        assert time.monotonic() < deadline, pool_of(it).engine_reason
+    # Its verdict needs takes to come, on this thread: from here, none in this iterator.
+    monkeypatch.setattr(engine, "_TRIAL_SEC", float("inf"))
+    while pool_of(it).engine != "processes":
+        got.append(int(next(it)["x"]))
+        assert time.monotonic() < deadline, pool_of(it).engine_reason
+    tried_on = set(pool_of(it)._executor.pids())
+    got += [int(next(it)["x"]) for _ in range(20)]
+    assert got == list(range(len(got)))
+    del it  # dropped, as a for loop drops it: its workers are parked (close() stops them)
+    gc.collect()
+    monkeypatch.setattr(engine, "_TRIAL_SEC", 0.3)
+    with ds.iterator() as it:
+        pool = pool_of(it)
+        assert pool.chooser is None and pool._trial is not None
+        assert "an earlier iterator's trial, going on" in pool.engine_reason
+        got = []
+        while pool.deciding:
+            got.append(int(next(it)["x"]))
+            assert time.monotonic() < deadline + 120, pool.engine_reason
+        assert pool.engine == "processes" and "tried: " in pool.engine_reason
+        assert set(pool._executor.pids()) == tried_on  # parked, taken again
+        got += [int(next(it)["x"]) for _ in range(20)]
+    assert got == list(range(len(got)))
+    assert engine.resume_trial(pool._key) is None
+
+
 def _threads_after_a_matrix_product(x):
     a = np.ones((400, 400))
     return {"x": x, "product": (a @ a).sum(),
