@@ -85,9 +85,10 @@ def _run_delay() -> float:
 
 def initial_engine(engine: str, cpu_budget: int, parallelism: int,
                    decision_key: Callable[[], str] | None
-                   ) -> tuple[str, str, EngineChooser | None, str | None]:
-    """``(engine to start on, why, chooser, key)``: ``"auto"`` starts on threads and
-    measures, unless one core makes it moot or an earlier iterator decided.
+                   ) -> tuple[str, str, EngineChooser | None, EngineTrial | None, str | None]:
+    """``(engine to start on, why, chooser, trial, key)``: ``"auto"`` starts on threads
+    and measures, unless one core makes it moot, an earlier iterator decided, or one
+    ended in a trial of processes, which this iterator goes on with (``trial``).
 
     ``key`` is ``decision_key()``, computed for ``"auto"`` only (else None).
     """
@@ -95,15 +96,20 @@ def initial_engine(engine: str, cpu_budget: int, parallelism: int,
         reason = ("a fixed num_parallel_calls, Options(engine='threads'), or JAX code in "
                   "the work (XLA releases the GIL)"
                   if engine == "threads" else f"Options(engine={engine!r})")
-        return engine, reason, None, None
+        return engine, reason, None, None, None
     if cpu_budget < 2 or parallelism < 2:
-        return "threads", "one core or one worker: processes cannot run more at once", None, None
+        return ("threads", "one core or one worker: processes cannot run more at once", None,
+                None, None)
     key = decision_key() if decision_key is not None else None
     earlier = _decision(key)
     if earlier is not None:
-        return earlier[0], f"{earlier[1]} (measured by an earlier iterator)", None, key
+        return earlier[0], f"{earlier[1]} (measured by an earlier iterator)", None, None, key
+    trial = resume_trial(key)
+    if trial is not None:
+        return ("processes", f"trying worker processes: {trial.doubt} (an earlier "
+                "iterator's trial, going on)", None, trial, key)
     return ("threads", "chosen by measurement after the first chunks",
-            EngineChooser(cpu_budget, key), key)
+            EngineChooser(cpu_budget, key), None, key)
 
 
 # Engine decisions by the UDFs they measured (see ``engine_key``), for later
@@ -136,12 +142,17 @@ def _decision(key: str | None) -> tuple[str, str] | None:
 
 def remember(key: str | None, decision: tuple[str, str]) -> None:
     """Keeps ``(engine, reason)`` for later iterators of the pipeline ``key`` names."""
+    _keep(_DECISIONS, key, decision)
+
+
+def _keep(table: dict, key: str | None, value) -> None:
+    """``table[key] = value`` under the lock, the table bounded (``_MAX_DECISIONS``)."""
     if key is None:
         return
     with _DECISIONS_LOCK:
-        if len(_DECISIONS) >= _MAX_DECISIONS:
-            _DECISIONS.clear()
-        _DECISIONS[key] = decision
+        if len(table) >= _MAX_DECISIONS:
+            table.clear()
+        table[key] = value
 
 
 class EngineChooser:
@@ -342,12 +353,7 @@ class EngineTrial:
         with this trial (``resume_trial``), on processes, where one too short to measure
         it alone would measure anew (issue 29: epochs that moved between the engines)."""
         self._rate.pause()
-        if self._key is None:
-            return
-        with _DECISIONS_LOCK:
-            if len(_PAUSED_TRIALS) >= _MAX_DECISIONS:
-                _PAUSED_TRIALS.clear()
-            _PAUSED_TRIALS[self._key] = self
+        _keep(_PAUSED_TRIALS, self._key, self)
 
     def record(self, now: float, elements: int) -> tuple[str, str] | None:
         """A chunk the consumer took at ``now``; ``(engine, reason)`` once measured,

@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable
 
 from jdata.runtime import executors, forkserver, memory, persistent, worker
-from jdata.runtime.engine import EngineTrial, initial_engine, remember, resume_trial
+from jdata.runtime.engine import EngineTrial, initial_engine, remember
 from jdata.runtime.iterator import Reader
 from jdata.runtime.outcomes import Outcome, UnpicklableJobError, WorkerError, compute_all
 from jdata.runtime.segments import SharedMemoryError
@@ -167,14 +167,8 @@ class Pool:
         # (tags, items, future) per chunk, oldest first.
         self.inflight: collections.deque = collections.deque()
         self._auto = engine == "auto"
-        self.engine, self.engine_reason, self.chooser, self._key = initial_engine(
-            engine, self.cpu_budget, parallelism, decision_key)
-        if self.chooser is not None:
-            self._trial = resume_trial(self._key)  # an earlier iterator's, cut short
-            if self._trial is not None:
-                self.chooser, self.engine = None, "processes"
-                self.engine_reason = (f"trying worker processes: {self._trial.doubt} (an "
-                                      "earlier iterator's trial, going on)")
+        (self.engine, self.engine_reason, self.chooser, self._trial,
+         self._key) = initial_engine(engine, self.cpu_budget, parallelism, decision_key)
         self.stats = OpStats("workers", parallelism, _CHUNKS_PER_WORKER, engine=self.engine,
                              engine_reason=self.engine_reason)
         memory.track(self.stats)
