@@ -9,9 +9,11 @@ batches of 64 pairs, ``(64, 2, 224, 224, 3)`` (torch: channels first).
 
 - ``tf.data``: google-research/simclr ``tf2/data_util.py``'s ops (tf.image, its
   depthwise-convolution blur), ``num_parallel_calls=AUTOTUNE``, prefetch.
-- ``jdata``: ``jdata.ops.image``'s kernels, one ``random_map`` each, AUTOTUNE;
-  the crop and flip on ``uint8`` (resized pixels rounded, where SimCLR resizes
-  floats), the color ops on ``float32``.
+- ``jdata``: ``jdata.ops.image``'s kernels, both views of an image in one
+  ``random_map`` as SimCLR's ``data.py`` makes them, AUTOTUNE; the crop and flip
+  on ``uint8`` (resized pixels rounded, where SimCLR resizes floats), the color
+  ops on ``float32``. ``--tuning`` adds, among others, each view an element of
+  its own through one ``random_map`` per kernel (``views=pixels``).
 - ``torch``: torchvision v2 transforms on ``uint8`` tensors (``ToDtype`` last),
   a ``DataLoader`` with 2 persistent workers. ``antialias=False`` in the crop:
   the arithmetic of the others (tf's bicubic resize does not antialias).
@@ -81,16 +83,32 @@ def _two_bytes(jpeg: bytes) -> np.ndarray:
     return np.array([jpeg, jpeg], object)
 
 
+class Pair:
+    """SimCLR's two views of one image in one UDF (its ``data.py``'s
+    ``tf.concat([preprocess(image) for _ in range(2)], -1)``), stacked."""
+
+    def __init__(self, view):
+        self.view = view
+
+    def __call__(self, pixels, key):
+        from jdata.ops import image
+
+        return np.stack([self.view(pixels, k) for k in image.split_key(key, 2)])
+
+
 def _pairs(views: np.ndarray) -> np.ndarray:
     return views.reshape(-1, 2, *views.shape[1:])
 
 
-def jdata_pipeline(images, parallel=-1, engine="auto", views="pixels", chain=False,
+def jdata_pipeline(images, parallel=-1, engine="auto", views="pair", chain=False,
                    repeat=False, batch=BATCH):
-    """One ``random_map`` per kernel (``chain``: all of a view's kernels in one, see
-    ``benchmarks/_chain.py``). ``views="pixels"``: decode once, two views of its pixels;
-    ``"bytes"``: each view decodes the JPEG itself (twice the decoding, no copy of the
-    pixels; jdata does not fuse a crop into the decode: it does not pay)."""
+    """``views="pair"``: SimCLR's own form (its ``data.py``): decode, then one UDF that
+    makes both views of the image (``Pair``: the view's kernels chained, each with a key
+    split from the element's), batch. ``"pixels"``: decode once, each view an element of
+    its own through one ``random_map`` per kernel (``chain``: all of a view's kernels in
+    one, see ``benchmarks/_chain.py``), batch of views, pairs reshaped; ``"bytes"``: as
+    ``"pixels"`` but each view decodes the JPEG itself (twice the decoding, no copy of
+    the pixels; jdata does not fuse a crop into the decode: it does not pay)."""
     import jax
 
     import jdata
@@ -98,6 +116,12 @@ def jdata_pipeline(images, parallel=-1, engine="auto", views="pixels", chain=Fal
 
     ds = jdata.from_source(images)
     ds = ds.repeat() if repeat else ds
+    if views == "pair":
+        ds = ds.map(image.decode_jpeg(), num_parallel_calls=parallel)
+        ds = ds.random_map(Pair(Chain(*view_ops())), jax.random.key(0),
+                           num_parallel_calls=parallel)
+        return (ds.batch(batch).prefetch(jdata.AUTOTUNE)
+                .with_options(jdata.Options(engine=engine)))
     if views == "pixels":
         ds = ds.map(image.decode_jpeg(), num_parallel_calls=parallel).map(_two).unbatch()
     else:
@@ -112,8 +136,9 @@ def jdata_pipeline(images, parallel=-1, engine="auto", views="pixels", chain=Fal
             .prefetch(jdata.AUTOTUNE).with_options(jdata.Options(engine=engine)))
 
 
-HAND_PICKED = [{"chain": True}, {"views": "bytes"}, {"views": "bytes", "chain": True},
-               {"parallel": 2, "engine": "threads"}, {"parallel": 2, "engine": "processes"}]
+HAND_PICKED = [{"views": "pixels"}, {"views": "pixels", "chain": True}, {"views": "bytes"},
+               {"views": "bytes", "chain": True}, {"parallel": 2, "engine": "threads"},
+               {"parallel": 2, "engine": "processes"}]
 
 
 def tfdata_pipeline(images, repeat=False):

@@ -19,8 +19,8 @@ def boxed():
     return ssd.prepare(0.0)[:_IMAGES]
 
 
-@pytest.mark.parametrize("views", ["pixels", "bytes"])
-@pytest.mark.parametrize("chain", [False, True])
+@pytest.mark.parametrize("views, chain", [("pair", False), ("pixels", False),
+                                          ("pixels", True), ("bytes", False), ("bytes", True)])
 def test_simclr_yields_pairs_of_independent_views_in_the_unit_range(jpegs, views, chain):
     batches = list(simclr.jdata_pipeline(jpegs, views=views, chain=chain, batch=2))
     assert [b.shape for b in batches] == [(2, 2, 224, 224, 3), (1, 2, 224, 224, 3)]

@@ -47,11 +47,11 @@ _TRIAL_SEC = 0.3
 _TRIAL_CHUNKS = 4
 _TRIAL_WARMUP_CHUNKS = 2
 _TRIAL_GAIN = 1.1
-# What processes pay per byte of output that threads do not: the worker's write into shared
-# memory and the consumer's copy out, fresh pages faulted in on both sides (about 1 GB/s on
-# the 2-core machines measured: SimCLR's 600 KB float32 views, 2.5 ms of UDF each, ran at
-# 0.8x their thread speed in processes).
-_TRANSFER_SEC_PER_BYTE = 1e-9
+# What processes pay per byte of output that threads do not: the worker's write into its
+# warm ring of shared memory and the consumer's copy out (into huge pages, the GIL released),
+# each about 0.12 ns a byte on the 2-core machines measured (a 77 MB batch: 9 ms; 48-54 ms
+# when the copy was a bytearray's, 4 KiB page faults with the GIL held).
+_TRANSFER_SEC_PER_BYTE = 0.25e-9
 
 
 def delay_clock() -> tuple[float, float]:

@@ -45,11 +45,11 @@ def test_a_gil_bound_udf_whose_outputs_cost_much_to_move_is_tried_on_processes()
     # ran at 0.8x their thread speed. The model doubts, so processes are tried.
     decision = _decide(running=1.0, cpu_per_element=2.5e-3, bytes_per_element=602_112)
     assert decision[0] == "trial"
-    assert "602,112-byte output would take 19% of their time" in decision[1]
+    assert "602,112-byte output would take 6% of their time" in decision[1]
 
 
 def test_outputs_that_would_take_most_of_a_process_time_to_move_keep_threads_untried():
-    decision = _decide(running=1.0, cpu_per_element=1e-4, bytes_per_element=602_112)
+    decision = _decide(running=1.0, cpu_per_element=1e-4, bytes_per_element=4_000_000)
     assert decision[0] == "threads"
     assert "processes would run it only" in decision[1]
 
@@ -221,3 +221,4 @@ def test_the_delay_clock_counts_the_waits_for_a_core_of_a_busy_machine():
         for hog in hogs:
             hog.kill()
             hog.wait()
+
