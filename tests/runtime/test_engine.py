@@ -205,6 +205,16 @@ def test_threads_waiting_for_a_core_are_contention_not_io():
                    busy_cores=0.4)[1].endswith("the UDF mostly waits (I/O), which threads overlap")
 
 
+def test_a_sleeping_udf_with_a_few_waits_for_a_core_is_io():
+    # A CI run's reading of time.sleep(0.002) per element: its few waits for a core (the
+    # consumer's among them) moved it to processes, "the UDF holds the GIL".
+    decision = _decide(running=0.11, cpu_per_element=1e-4, bytes_per_element=100,
+                       busy_cores=0.3, queued=0.24)
+    assert decision == ("threads", "0.11 of 2 worker threads ran at once (and 0.24 waited "
+                                   "for a core) over 4 chunks: the UDF mostly waits (I/O), "
+                                   "which threads overlap")
+
+
 def test_the_delay_clock_counts_the_waits_for_a_core_of_a_busy_machine():
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(2 * (os.cpu_count() or 1))]
