@@ -367,7 +367,7 @@ def test_a_stall_in_one_short_read_of_the_measurement_does_not_shrink_the_splits
     stalled = []
 
     def slow(x):
-        if x == 3 and not stalled:
+        if x == 7 and not stalled:  # in the read of 8 positions: 16 ms of work
             stalled.append(x)
             time.sleep(0.06)
         time.sleep(0.002)
@@ -375,7 +375,7 @@ def test_a_stall_in_one_short_read_of_the_measurement_does_not_shrink_the_splits
 
     ds = jdata.range(2000).map(slow)
     cut = splits.plan_splits(ds._optimize().plan, ds.options)
-    assert stalled and 50 <= cut.size <= 200, cut
+    assert stalled and 40 <= cut.size <= 200, cut  # the stall alone would give 21
 
 
 def test_splits_of_big_elements_hold_at_most_64_mb():
