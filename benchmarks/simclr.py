@@ -62,11 +62,10 @@ def view_ops():
 def plain_loop(images, repeat=False, batch=BATCH):
     from jdata.ops import image
 
-    decode, view = image.decode_jpeg(), Chain(*view_ops())
+    decode, views = image.decode_jpeg(), Pair(Chain(*view_ops()))
 
     def pair(i):
-        pixels = decode(images[i])
-        return np.stack([view(pixels, np.array([i, v], np.uint32)) for v in (0, 1)])
+        return views(decode(images[i]), np.array([i, 0], np.uint32))
 
     while True:
         for start in range(0, len(images), batch):

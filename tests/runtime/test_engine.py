@@ -231,4 +231,3 @@ def test_the_delay_clock_counts_the_waits_for_a_core_of_a_busy_machine():
         for hog in hogs:
             hog.kill()
             hog.wait()
-
