@@ -35,6 +35,13 @@ _PROCESS_ADVANTAGE = _PROCESS_EFFICIENCY / _SWITCH_GAIN
 # Below this many threads on CPU at once, and this many waiting for a core (all of this
 # process's threads: its consumer's too), the UDF mostly waits (I/O, sleeps).
 _MOSTLY_WAITING = 0.3
+# Threads that release the GIL but run under _PROCESS_EFFICIENCY of the time, while this
+# many of this process's threads were on a core or waiting for one, are tried on processes:
+# SimCLR's pair (1.15-1.28 of 2 ran at once, 0.83-0.96 waited: OpenCV's pool and GIL handoffs)
+# made 350-440 pairs/s on threads and 540-700 on processes. The model cannot tell it from the
+# ImageNet crop's reading (1.2-1.4 on CPU, 0.8-1.0 waiting; modelled 0.74-0.88x against
+# SimCLR's 0.86-0.99x), which made 29 batches/s on processes and 32 on threads: a trial can.
+_BUSY = 0.9
 # The UDF is a bottleneck worth processes if the consumer waited this much of the window.
 _BOTTLENECK_WAIT = 0.2
 # Where the model above gives processes less than _SWITCH_GAIN but more than this, they are
@@ -42,11 +49,13 @@ _BOTTLENECK_WAIT = 0.2
 # share of the cores (Cedar's ASR and NLP: modelled 0.87x and 1.14x, measured 2x).
 _TRY_GAIN = 0.5
 # A trial measures each engine over at least this long and this many chunks, the
-# processes after their first chunks (imports, first calls), and keeps them if they
+# processes after each worker's first chunks (imports, first calls, a heap that grows: on
+# a VM whose host backs memory on first touch, SimCLR's second chunk on a fresh worker
+# took 1.9 s where later ones take 0.2 s), and keeps them if they
 # delivered this many times the elements per second the threads did.
 _TRIAL_SEC = 0.3
 _TRIAL_CHUNKS = 4
-_TRIAL_WARMUP_CHUNKS = 2
+_TRIAL_WARMUP_CHUNKS = 2  # per worker
 _TRIAL_GAIN = 1.1
 # What processes pay per byte of output that threads do not: the worker's write into its
 # warm ring of shared memory and the consumer's copy out (into huge pages, the GIL released),
@@ -255,7 +264,9 @@ class EngineChooser:
             # CPU is contention, not I/O (Cedar's ASR: 0.26 on CPU, 1.2 waiting). A few
             # waits are not: a sleeping UDF read 0.11 on CPU, 0.24 waiting, in a CI run.
             return "threads", f"{measured}: the UDF mostly waits (I/O), which threads overlap"
-        if running >= _PROCESS_ADVANTAGE * threads:
+        saturated = (running < _PROCESS_EFFICIENCY * threads
+                     and running + queued >= _BUSY * threads)
+        if running >= _PROCESS_ADVANTAGE * threads and not saturated:
             return "threads", f"{measured}: the UDF releases the GIL enough for threads"
         idle = self._idle_cores(clock)
         transfer = self._transfer_share(bytes_per_element)
@@ -336,7 +347,7 @@ class _Rate:
 class EngineTrial:
     """Worker processes tried against the rate the threads delivered, where the model
     doubts (``EngineChooser``'s "trial"): the pool runs on processes, skips the chunks
-    submitted before the switch and the processes' first ones, then measures them over
+    submitted before the switch and each worker's first ones, then measures them over
     the same minimums as the threads (``_TRIAL_SEC``, ``_TRIAL_CHUNKS``); processes stay
     if they delivered ``_TRIAL_GAIN`` times the threads' elements per second.
     """
@@ -346,9 +357,9 @@ class EngineTrial:
         self._skip = 0
         self._rate = _Rate()
 
-    def start(self, chunks_in_flight: int) -> None:
-        """The processes are up; ``chunks_in_flight`` were submitted to the threads."""
-        self._skip = chunks_in_flight + _TRIAL_WARMUP_CHUNKS
+    def start(self, chunks_in_flight: int, workers: int = 1) -> None:
+        """``workers`` processes are up; ``chunks_in_flight`` were submitted to the threads."""
+        self._skip = chunks_in_flight + _TRIAL_WARMUP_CHUNKS * workers
 
     def pause(self) -> None:
         """The iterator ended before the verdict: the pipeline's next iterator goes on

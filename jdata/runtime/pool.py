@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
-import os
 import threading
 import time
 from typing import Any, Callable
 
 from jdata.runtime import executors, forkserver, memory, persistent, worker
+from jdata.runtime import startup
 from jdata.runtime.engine import EngineTrial, initial_engine, remember
 from jdata.runtime.iterator import Reader
 from jdata.runtime.outcomes import Outcome, UnpicklableJobError, WorkerError, compute_all
@@ -188,6 +188,8 @@ class Pool:
     _starting_reason = ""
     # Processes being tried against the threads (started, then measured), or None.
     _trial: EngineTrial | None = None
+    # The last read by index submitted: what new worker processes warm up on.
+    _last_read: IndexTask | None = None
 
     @property
     def deciding(self) -> bool:
@@ -205,7 +207,7 @@ class Pool:
         """Worker processes: ``kept`` (parked by an earlier iterator: no fork, no job to
         ship), once up if still starting, or new ones."""
         from jdata.runtime import processes
-        if isinstance(kept, _Starting):  # waited for on the start thread, or on this one
+        if isinstance(kept, startup.Starting):  # waited for on the start thread, or on this one
             kept = kept.started()        # where the fork server is up (milliseconds)
         if kept is not None:
             kept.resize(self.parallelism)
@@ -232,6 +234,8 @@ class Pool:
     def submit(self, items: list, tags: list) -> None:
         if self._starting is not None and self._starting.done():
             self._finish_switch()
+        if type(items) is IndexTask:
+            self._last_read = items
         self.inflight.append((tags, items, self._executor.submit(items)))
 
     def take(self, deterministic: bool) -> list[tuple[Any, Outcome]]:
@@ -335,12 +339,14 @@ class Pool:
 
     def _begin_switch(self, reason: str) -> None:
         # A running fork server starts workers in milliseconds: the switch is made at
-        # once. Its first start imports jdata (most of a second): then the processes
-        # start on a thread of their own while the threads go on computing, and the
-        # switch completes at the first chunk submitted or taken once they are up.
+        # once. Its first start imports jdata (most of a second), and new workers of a
+        # read by index warm up (startup.warm_up); or an earlier iterator's start, parked,
+        # may still be doing either: then the processes start on a thread of their own
+        # while the threads go on computing, and the switch completes at the first chunk
+        # submitted or taken once they are up.
         self.chooser = None
         self._starting, self._starting_reason = cf.Future(), reason
-        if forkserver.ready():
+        if forkserver.ready() and not isinstance(self.job, IndexJob):
             self._start_processes(self._starting)
             self._finish_switch()
             return
@@ -354,12 +360,15 @@ class Pool:
             # wait for itself, or for a later pool's start that waits for it.
             with self._switch_lock:
                 kept = None if self._shut else persistent.take(self._home, self._reuse_key)
-            if isinstance(kept, _Starting) and kept.is_of(starting):
+            if isinstance(kept, startup.Starting) and kept.is_of(starting):
                 # This very start, parked by a shutdown that a garbage collection ran inside
                 # the take: back to the park, and on with it.
                 persistent.park(self._home, self._reuse_key, kept)
                 kept = None
-            starting.set_result(self._processes(kept))
+            executor = self._processes(kept)
+            if kept is None and self._last_read is not None:
+                startup.warm_up(executor, self._last_read, self.parallelism)
+            starting.set_result(executor)
         except BaseException as e:
             starting.set_exception(e)
 
@@ -376,7 +385,7 @@ class Pool:
         self.sizer = ChunkSizer(chunk_target("processes"))
         self._settle("processes", self._starting_reason)
         if self._trial is not None:
-            self._trial.start(len(self.inflight))
+            self._trial.start(len(self.inflight), self.parallelism)
 
     def _fall_back_to_threads(self, error: SharedMemoryError) -> None:
         """Moves the work to threads after a task found no room in shared memory."""
@@ -426,46 +435,9 @@ class Pool:
         with self._switch_lock:
             self._shut = True
             parked = starting is not None and persistent.park(  # chosen, not switched to
-                self._home, self._reuse_key, _Starting(starting))
+                self._home, self._reuse_key, startup.Starting(starting))
         if starting is not None and not parked:
-            starting.add_done_callback(_shutdown_started)
-
-
-class _Starting:
-    """Worker processes a pool chose and was still starting when it shut down, parked as
-    they are: the dataset's next iterator, which chooses them too, waits for them instead
-    of starting more (a first start imports jdata: most of a second, an epoch of a small
-    dataset). Stopped, where parking stops them, once started."""
-
-    def __init__(self, future: cf.Future):
-        self._future, self._pid = future, os.getpid()
-
-    def usable(self) -> bool:
-        # Never in a forked child: the thread that would finish the start is not there.
-        return self._pid == os.getpid() and not (
-            self._future.done() and self._future.exception() is not None)
-
-    def shutdown(self) -> None:
-        self._future.add_done_callback(_shutdown_started)
-
-    def is_of(self, future: cf.Future) -> bool:
-        return self._future is future
-
-    def started(self):
-        """The started executor, or None where the start failed or it cannot serve."""
-        try:
-            executor = self._future.result()
-        except Exception:
-            return None
-        if executor.usable():
-            return executor
-        executor.shutdown()
-        return None
-
-
-def _shutdown_started(starting: cf.Future) -> None:
-    if starting.exception() is None:
-        starting.result().shutdown()
+            starting.add_done_callback(startup.shutdown_started)
 
 
 def _succeeded(future: cf.Future) -> bool:

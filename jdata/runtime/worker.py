@@ -55,6 +55,7 @@ class _Arena:
         self._slot = 0
         self._serial = itertools.count()
         self._retired: list[str] = []
+        self.largest = 0  # bytes: the largest task's results
 
     def write(self, buffers: list[pickle.PickleBuffer]) -> tuple[str | None, list]:
         """Copies ``buffers`` into the next segment: ``(name, spans)``."""
@@ -62,6 +63,7 @@ class _Arena:
             return None, []
         views = [b.raw() for b in buffers]
         total = sum(_aligned(v.nbytes) for v in views)
+        self.largest = max(self.largest, total)
         slot, self._slot = self._slot, (self._slot + 1) % SLOTS
         segment = self._segments[slot]
         if segment is None or segment.size < total:
@@ -216,5 +218,7 @@ def main(tasks, results, session: str) -> None:
             timing = (start, time.perf_counter(), time.thread_time() - cpu_start)
             results.send_bytes(cloudpickle.dumps(_result_message(task_id, outcomes, arena,
                                                                  timing)))
+            # A task frees its elements together (batched): the heap keeps their pages.
+            heap.keep_at_least(2 * arena.largest)
     finally:
         arena.release()

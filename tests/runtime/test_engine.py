@@ -65,6 +65,35 @@ def test_a_gil_bound_udf_on_cores_the_process_keeps_busy_is_tried_on_processes()
                    busy_cores=1.0)[0] == "processes"
 
 
+def test_threads_kept_from_their_cores_by_their_own_process_are_tried_on_processes():
+    # SimCLR's pair on 2 cores: 1.2 of 2 threads ran at once and 0.92 waited for a core
+    # (OpenCV's pool, the GIL's handoffs): 350-440 pairs/s on threads, 540 on processes.
+    # Its pairs' move: 4% of a process's time (8 ms of CPU a pair on threads).
+    decision = _decide(running=1.2, cpu_per_element=8e-3, bytes_per_element=1_204_224,
+                       busy_cores=1.7, queued=0.92)
+    assert decision[0] == "trial"
+    assert decision[1].startswith("1.20 of 2 worker threads ran at once (and 0.92 waited for "
+                                  "a core) over 5 chunks; modelled, processes would run it")
+    # Nearly all the threads on their cores, or cores to spare: threads, untried.
+    assert _decide(running=1.7, cpu_per_element=3e-3, bytes_per_element=1_204_224,
+                   busy_cores=1.9, queued=0.5)[1].endswith("releases the GIL enough for threads")
+    assert _decide(running=1.2, cpu_per_element=3e-3, bytes_per_element=1_204_224,
+                   busy_cores=1.3, queued=0.3)[1].endswith("releases the GIL enough for threads")
+
+
+def test_a_trial_skips_each_workers_first_chunks():
+    # A fresh worker's second chunk still pays for its first: a heap that grows (1.9 s
+    # where later ones took 0.2 s on a VM backing memory on first touch).
+    trial = engine.EngineTrial(100, "the doubt")
+    trial.start(1, workers=3)
+    for taken in range(1 + 3 * engine._TRIAL_WARMUP_CHUNKS):
+        assert trial.record(taken * 10.0, 10) is None  # absurdly slow, and ignored
+    # the clock starts at the first chunk counted; then 4 chunks of 20 over 0.4 s
+    decisions = [trial.record(100 + 0.1 * k, 20) for k in range(engine._TRIAL_CHUNKS + 1)]
+    assert decisions[:-1] == [None] * engine._TRIAL_CHUNKS
+    assert decisions[-1][0] == "processes" and "tried: 200 elements/s" in decisions[-1][1]
+
+
 def test_a_trial_waits_for_the_threads_rate_to_be_measured():
     chooser = engine.EngineChooser(cpu_budget=2)
     decisions = []

@@ -301,6 +301,9 @@ def test_close_on_the_prefetch_thread_while_next_waits_closes_every_stage_and_ne
         if x == 1:
             waiting = _outermost_prefetch(holder["it"])._cond._waiters
             wait_until(lambda: len(waiting) > 0, "the consumer waits for element 1")
+            # The pipeline's threads, read while they all run (once closed, any may end
+            # before the test reads them).
+            holder["started"] = [t for t in threading.enumerate() if t not in before]
             holder["it"].close()
         return x
 
@@ -311,7 +314,7 @@ def test_close_on_the_prefetch_thread_while_next_waits_closes_every_stage_and_ne
     assert int(next(it)) == 0
     with pytest.raises(jdata.errors.IteratorClosedError, match="close"):
         next(it)
-    started = [t for t in threading.enumerate() if t not in before]
+    started = holder["started"]
     assert {"jdata-prefetch", "jdata-1"} <= {t.name for t in started}
     wait_until(lambda: not any(t.is_alive() for t in started), "the pipeline's threads end")
     with pytest.raises(jdata.errors.IteratorClosedError):

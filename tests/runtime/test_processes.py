@@ -20,6 +20,7 @@ import pytest
 import jdata
 from jdata import _placement
 from jdata.runtime import engine, forkserver, outcomes, processes, segments, worker
+from jdata.runtime import startup
 from tests.helpers import assert_same_sequence, check_restore_at_every_step, take_list
 from tests.runtime.process_helpers import (PROCESSES, fork_server_ready, gone, group_gone,
                                            my_segments, pool_of, python_work, read_line,
@@ -290,6 +291,40 @@ def test_autotune_moves_a_gil_bound_udf_to_processes():
             if not pool_of(it).deciding:
                 break
         assert pool_of(it).engine == "processes"
+
+
+def _logged(log: str, x):
+    """Pure Python (holds the GIL); logs which process computed ``x``."""
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()} {int(x)}\n")
+    return python_work(x)["x"], np.int64(os.getpid())
+
+
+def test_new_workers_warm_up_on_a_read_already_made_and_their_results_are_dropped(
+        monkeypatch, tmp_path):
+    # A fresh worker's first chunks pay for imports, first calls and its heap (SimCLR's:
+    # 2.3 s and 1.9 s, then 0.2 s); taken in order, they stalled the stream for seconds.
+    monkeypatch.setattr(engine, "_DECISIONS", {})  # measured anew, not remembered
+    fork_server_ready()
+    log = tmp_path / "calls.log"
+    ds = jdata.range(10 ** 9).map(functools.partial(_logged, str(log)),
+                                  num_parallel_calls=jdata.AUTOTUNE)
+    taken, deadline = [], time.monotonic() + 120
+    with ds.with_options(jdata.Options(cpu_budget=2)).iterator() as it:
+        while sum(int(pid) != os.getpid() for _, pid in taken) < 20:
+            taken.append(next(it))
+            assert time.monotonic() < deadline, "no element came from a worker process"
+        assert pool_of(it).engine == "processes", pool_of(it).engine_reason
+    assert [int(x) for x, _ in taken] == list(range(len(taken)))  # once each, in order
+    calls: dict[int, list[int]] = {}
+    for pid, x in (map(int, line.split()) for line in log.read_text().splitlines()):
+        calls.setdefault(pid, []).append(x)
+    by_threads = set(calls.pop(os.getpid()))
+    delivered = {int(pid) for _, pid in taken} - {os.getpid()}
+    for pid in delivered:
+        first = calls[pid][0]
+        assert first in by_threads  # its first chunk: one the threads had computed
+        assert calls[pid].count(first) >= startup.WARMUP_CHUNKS  # each warm-up chunk
 
 
 def test_the_stream_goes_on_on_threads_while_the_worker_processes_start(monkeypatch):
