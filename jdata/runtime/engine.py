@@ -35,6 +35,11 @@ _PROCESS_ADVANTAGE = _PROCESS_EFFICIENCY / _SWITCH_GAIN
 # Below this many threads on CPU at once, and this many waiting for a core (all of this
 # process's threads: its consumer's too), the UDF mostly waits (I/O, sleeps).
 _MOSTLY_WAITING = 0.3
+# ... over windows of at least this much wall time in all, read one after another: a
+# window of a few milliseconds can fall in another process's burst. A GIL-bound UDF read
+# 0.12 on CPU, 0.26 waiting over 8 chunks of 2 ms in a CI run, as a sleeping one reads;
+# threads kept it (keeping threads a little longer costs nothing: they run meanwhile).
+_MOSTLY_WAITING_SEC = 0.2
 # Threads that release the GIL but run under _PROCESS_EFFICIENCY of the time, while this
 # many of this process's threads were on a core or waiting for one, are tried on processes:
 # SimCLR's pair (1.15-1.28 of 2 ran at once, 0.83-0.96 waited: OpenCV's pool and GIL handoffs)
@@ -195,6 +200,7 @@ class EngineChooser:
         self._delays_start = delays()
         self._threads_rate = _Rate()
         self._idle_consumer_windows = 0
+        self._waiting_sec = 0.0  # the windows in a row that read "mostly waits"
         self._new_window()
         self._chunks = 0
 
@@ -263,7 +269,12 @@ class EngineChooser:
             # Threads waiting for a core would have run: on a busy machine, few threads on
             # CPU is contention, not I/O (Cedar's ASR: 0.26 on CPU, 1.2 waiting). A few
             # waits are not: a sleeping UDF read 0.11 on CPU, 0.24 waiting, in a CI run.
+            self._waiting_sec += window
+            if self._waiting_sec < _MOSTLY_WAITING_SEC:
+                self._new_window()
+                return None
             return "threads", f"{measured}: the UDF mostly waits (I/O), which threads overlap"
+        self._waiting_sec = 0.0
         saturated = (running < _PROCESS_EFFICIENCY * threads
                      and running + queued >= _BUSY * threads)
         if running >= _PROCESS_ADVANTAGE * threads and not saturated:

@@ -244,6 +244,26 @@ def test_a_sleeping_udf_with_a_few_waits_for_a_core_is_io():
                                    "which threads overlap")
 
 
+def test_a_few_milliseconds_that_read_as_waiting_do_not_keep_threads():
+    # A CI run: a GIL-bound UDF's first 8 chunks of 2 ms read 0.12 on CPU and 0.26 waiting
+    # for a core (another process's burst), as a sleeping UDF reads, and kept threads.
+    chooser = engine.EngineChooser(cpu_budget=2)
+    decisions, start = [], 0.0
+    for i in range(40):
+        seconds, running = (0.002, 0.12) if i < 10 else (0.05, 1.0)
+        decisions.append(chooser.record((start, start + seconds, running * seconds),
+                                        0.9 * seconds, 2, 10, 100,
+                                        (start + seconds, 1.1 * (start + seconds))))
+        start += seconds
+        if decisions[-1] is not None:
+            break
+    assert decisions[-1][0] == "processes", decisions
+    assert decisions[-1][1].endswith("the UDF holds the GIL")
+    # Read for long enough, the same reading is a UDF that waits.
+    assert _decide(running=0.12, cpu_per_element=1e-4, bytes_per_element=100,
+                   busy_cores=0.3)[1].endswith("the UDF mostly waits (I/O), which threads overlap")
+
+
 def test_the_delay_clock_counts_the_waits_for_a_core_of_a_busy_machine():
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(2 * (os.cpu_count() or 1))]
